@@ -81,7 +81,9 @@ def test_the_default_gpt2_plan_does_not_move():
     d = _plan(CONFIGS / "gpt2_124m.yaml")  # model.dtype bfloat16, fp32 masters: mixed
     w, g = d["wafer"], d["gpu"]
     assert (w["precision"], g["precision"], g["peak_flops"]) == ("mixed", "bf16", 989e12)
-    # the figures before hunt 68's change, which had this precision right
-    assert w["step_s"] == pytest.approx(0.07682164338574195, rel=1e-12)
+    # the figures before hunt 68's change, which had this precision right; hunt 74: + the
+    # tied embedding's gradient out and the file's clipping, which holds MemoryX's update to
+    # the step's end (0.07682164338574195 before)
+    assert w["step_s"] == pytest.approx(0.07795572338574194, rel=1e-12)
     assert g["step_s"] == pytest.approx(0.03096367265520728, rel=1e-12)
     assert d["gpus_to_match"] == 4

@@ -43,11 +43,12 @@ def test_the_default_batch_is_no_slower_than_a_smaller_one_and_says_why():
     assert plan.inputs["batch_per_system"] == 16  # before: 17 (micro-batch 17)
     assert w["micro_batch"] == 8 and w["micro_batches"] == 2
     assert w["tokens_per_s"] == pytest.approx(_step_tokens_per_s(16))
-    assert w["tokens_per_s"] > 1.15 * _step_tokens_per_s(17)
+    # hunt 74: 17's step at its fastest stride (54,473 tokens/s; 51,715 at the smallest)
+    assert w["tokens_per_s"] > 1.10 * _step_tokens_per_s(17)
     for smaller in (8, 12, 15):  # no smaller batch is faster either
         assert w["tokens_per_s"] >= _step_tokens_per_s(smaller) * (1 - 1e-9)
     why = w["batch_choice"]
-    assert why.startswith("16: ") and "17 (51,715 tokens/s)" in why and "16 (61,925" in why
+    assert why.startswith("16: ") and "17 (54,473 tokens/s)" in why and "16 (61,925" in why
     assert any("default_batch" in n for n in plan.assumptions)
 
 

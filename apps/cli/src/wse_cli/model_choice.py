@@ -25,6 +25,7 @@ __all__ = ["PlanError", "ModelChoice", "plan_wafer", "resolve_model", "wafer_dty
 
 
 def _from_params(path: str, name: str) -> ModelChoice:
+    from wse_systems.training.plan import slots_of
     from wse_trainer.config import load_config
     from wse_trainer.config_check import check_config
     from wse_trainer.run import model_config
@@ -42,6 +43,7 @@ def _from_params(path: str, name: str) -> ModelChoice:
         name, model, cfg.train_input.batch_size // n,
         cfg.train_input.max_sequence_length, n, cfg.train_input.micro_batch_size,
         cfg.train_input.batch_size, run.activation_stride, run.weight_chunks, str(run.wafer),
+        slots_of(cfg.optimizer), cfg.optimizer.max_gradient_norm is not None,
     )  # fmt: skip
 
 

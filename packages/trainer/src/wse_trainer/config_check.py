@@ -33,6 +33,7 @@ from wse_trainer.config import (
     ConfigError,
     InputConfig,
     OptimizerConfig,
+    RunConfig,
     TrainConfig,
     checked_value,
     refuse_unused,
@@ -171,38 +172,57 @@ def check_config(
     _choice("optimizer.lr_schedule", opt.lr_schedule, ("constant", "cosine", "linear"))
     for name in ("train_input", "eval_input"):
         inp: InputConfig = getattr(config, name)
-        _positive(f"{name}.batch_size", inp.batch_size)
-        if inp.batch_size > limit("batch_size"):  # hunt 55: 2**63 ran past a minute
-            raise ConfigError(
-                f"{name}.batch_size must be at most {limit('batch_size'):,} sequences, got "
-                f"{inp.batch_size:,}; {lift('batch_size')}"
-            )
-        _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
-        _positive(f"{name}.max_corpus_bytes", inp.max_corpus_bytes)  # hunt 57: 0 a traceback
-        if inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
-            raise ConfigError(f"{name}.shuffle_seed must be >= 0, got {inp.shuffle_seed}")
-        _choice(f"{name}.split", inp.split, ("train", "eval", "all"))
-        if inp.batch_size % run.num_csx:
-            lo = inp.batch_size - inp.batch_size % run.num_csx
-            raise ConfigError(
-                f"{name}.batch_size={inp.batch_size} is not divisible by num_csx={run.num_csx}; "
-                f"use a multiple such as {max(lo, run.num_csx)} or {lo + run.num_csx}"
-            )
-        _check_micro_batch(name, inp, run.num_csx)
-        micro = inp.batch_size // run.num_csx
-        if isinstance(inp.micro_batch_size, int):
-            micro = inp.micro_batch_size
-        if name == "train_input" and run.cpu_shards and micro % run.cpu_shards:
-            raise ConfigError(
-                f"runconfig.cpu_shards={run.cpu_shards} does not divide each replica's "
-                f"micro-batch of {micro} (train_input.micro_batch_size, else batch_size / "
-                "num_csx); use 0 (choose) or a divisor"
-            )
-        if model_max_seq_len is not None and inp.max_sequence_length > model_max_seq_len:
-            raise ConfigError(
-                f"{name}.max_sequence_length={inp.max_sequence_length} exceeds the model's "
-                f"max_seq_len={model_max_seq_len}; use at most {model_max_seq_len}"
-            )
+        _check_input_values(name, inp)
+        if name in RUN_SECTIONS[run.mode]:  # hunt 74: a train run refused its unread eval_input
+            _check_input_run(name, inp, run, model_max_seq_len)
+
+
+# The input sections each mode reads, as ModelZoo's modes: train builds only the training
+# dataloader, eval only the evaluation one; the other's values are checked, never its fit to
+# the run (its batch against num_csx, its micro-batch, its sequence against the model's)
+RUN_SECTIONS = {"train": ("train_input",), "eval": ("eval_input",),
+                "train_and_eval": ("train_input", "eval_input")}  # fmt: skip
+
+
+def _check_input_values(name: str, inp: InputConfig) -> None:
+    """An input section's own values, whatever the mode."""
+    _positive(f"{name}.batch_size", inp.batch_size)
+    if inp.batch_size > limit("batch_size"):  # hunt 55: 2**63 ran past a minute
+        raise ConfigError(
+            f"{name}.batch_size must be at most {limit('batch_size'):,} sequences, got "
+            f"{inp.batch_size:,}; {lift('batch_size')}"
+        )
+    _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
+    _positive(f"{name}.max_corpus_bytes", inp.max_corpus_bytes)  # hunt 57: 0 a traceback
+    if inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
+        raise ConfigError(f"{name}.shuffle_seed must be >= 0, got {inp.shuffle_seed}")
+    _choice(f"{name}.split", inp.split, ("train", "eval", "all"))
+    _check_micro_batch(name, inp, None)
+
+
+def _check_input_run(name: str, inp: InputConfig, run: RunConfig, max_seq_len: int | None) -> None:
+    """A section the mode reads, against the run: num_csx, the micro-batch, the model."""
+    if inp.batch_size % run.num_csx:
+        lo = inp.batch_size - inp.batch_size % run.num_csx
+        raise ConfigError(
+            f"{name}.batch_size={inp.batch_size} is not divisible by num_csx={run.num_csx}; "
+            f"use a multiple such as {max(lo, run.num_csx)} or {lo + run.num_csx}"
+        )
+    _check_micro_batch(name, inp, run.num_csx)
+    micro = inp.batch_size // run.num_csx
+    if isinstance(inp.micro_batch_size, int):
+        micro = inp.micro_batch_size
+    if name == "train_input" and run.cpu_shards and micro % run.cpu_shards:
+        raise ConfigError(
+            f"runconfig.cpu_shards={run.cpu_shards} does not divide each replica's "
+            f"micro-batch of {micro} (train_input.micro_batch_size, else batch_size / "
+            "num_csx); use 0 (choose) or a divisor"
+        )
+    if max_seq_len is not None and inp.max_sequence_length > max_seq_len:
+        raise ConfigError(
+            f"{name}.max_sequence_length={inp.max_sequence_length} exceeds the model's "
+            f"max_seq_len={max_seq_len}; use at most {max_seq_len}"
+        )
 
 
 def _check_run_extras(config: TrainConfig) -> None:
@@ -244,15 +264,19 @@ def _check_run_extras(config: TrainConfig) -> None:
         )
 
 
-def _check_micro_batch(name: str, inp: InputConfig, num_csx: int) -> None:
-    """micro_batch_size: a mode, or a positive int dividing the per-system batch."""
-    mb, per_system = inp.micro_batch_size, inp.batch_size // num_csx
+def _check_micro_batch(name: str, inp: InputConfig, num_csx: int | None) -> None:
+    """micro_batch_size: a mode, or a positive int dividing the per-system batch (`num_csx`
+    None: the value only)."""
+    mb = inp.micro_batch_size
     if mb is None:
         return
     if isinstance(mb, str):
         _choice(f"{name}.micro_batch_size", mb, MODES)
         return
     _positive(f"{name}.micro_batch_size", mb)
+    if num_csx is None:
+        return
+    per_system = inp.batch_size // num_csx
     if per_system % mb:
         near = " or ".join(str(d) for d in _divisors_near(per_system, mb))
         raise ConfigError(

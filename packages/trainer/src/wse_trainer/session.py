@@ -85,13 +85,17 @@ def micro_batch(config: TrainConfig, spec: WaferSpec, model: Any) -> int:
     (`wse_systems.training.micro_batch`; unset: "auto", ModelZoo's default; "explore": the
     micro-batch `plan_step` finds fastest)."""
     from wse_systems.training.micro_batch import plan_step, resolve_micro_batch
+    from wse_systems.training.performance import StepLayout
+    from wse_systems.training.plan import slots_of
 
     run, seq = config.runconfig, config.train_input.max_sequence_length
     setting = config.train_input.micro_batch_size
     where = dict(batch_per_system=batch_per_system(config), seq_len=seq,
                  stride=run.activation_stride, chunks=run.weight_chunks)  # fmt: skip
     if setting == "explore":
-        step = plan_step(model, spec, num_csx=run.num_csx, micro_batch=setting, **where)
+        step = plan_step(model, spec, num_csx=run.num_csx, micro_batch=setting, **where,
+                         layout=StepLayout(clip_gradients=clips(config)),
+                         optimizer_slots=slots_of(config.optimizer))  # fmt: skip
         return int(step.extra["micro_batch"])
     return resolve_micro_batch("auto" if setting is None else setting, model, spec, **where)
 
@@ -99,20 +103,29 @@ def micro_batch(config: TrainConfig, spec: WaferSpec, model: Any) -> int:
 def validate(config: TrainConfig, spec: WaferSpec):
     """Config checks and the memory plan of one replica's micro-batch on `spec` (nothing
     allocated)."""
-    from wse_systems.training.plan import check_memoryx, memory_plan
+    from wse_systems.training.plan import check_memoryx, slots_of
+    from wse_systems.training.stride import run_plan
 
     model = model_config(config)
     check_config(config, model.max_seq_len, model.vocab_size)
-    plan = memory_plan(
+    run = config.runconfig  # hunt 74: the fastest stride that fits, the optimizer's own state
+    plan = run_plan(
         model,
         spec,
         micro_batch(config, spec, model),
         config.train_input.max_sequence_length,
-        stride=config.runconfig.activation_stride,
-        chunks=config.runconfig.weight_chunks,
+        run.activation_stride,
+        run.weight_chunks,
+        slots_of(config.optimizer),
     )
     check_memoryx(plan)  # before anything is printed or built
     return model, plan
+
+
+def clips(config: TrainConfig) -> bool:
+    """Whether the run clips the global gradient norm (`optimizer.max_gradient_norm` set):
+    MemoryX then holds every update to the step's end, as the step is priced (hunt 74)."""
+    return config.optimizer.max_gradient_norm is not None
 
 
 def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
@@ -127,7 +140,7 @@ def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
         batch_per_system=batch_per_system(config),
         micro_batch=micro_batch(config, spec, model),
         seq_len=config.train_input.max_sequence_length,
-        layout=StepLayout(plan),
+        layout=StepLayout(plan, clip_gradients=clips(config)),
     )
 
 

@@ -315,7 +315,7 @@ def _check_host_memory(config) -> None:
     memory, before the tokenizer, the data or the model is made; name what would fit."""
     import jax
     from wse_core.host.memory import largest, require
-    from wse_systems.training.plan import host_bytes
+    from wse_systems.training.plan import host_bytes, slots_of
     from wse_trainer.config_check import check_config
     from wse_trainer.run import model_config
 
@@ -324,7 +324,8 @@ def _check_host_memory(config) -> None:
     csx = config.runconfig.num_csx
     replicas = max(1, csx // max(1, jax.process_count()))
     batch, seq = config.train_input.batch_size, config.train_input.max_sequence_length
-    need = lambda b, s: sum(host_bytes(model, max(1, b // csx), s, replicas).values())  # noqa: E731
+    slots = slots_of(config.optimizer)  # hunt 74: MemoryX holds the optimizer's own state
+    need = lambda b, s: sum(host_bytes(model, max(1, b // csx), s, replicas, slots).values())  # noqa: E731
 
     def fits(budget: int) -> str:
         b = largest(lambda k: need(k * csx, seq), budget, hi=max(1, batch // csx)) * csx

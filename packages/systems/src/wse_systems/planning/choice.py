@@ -73,6 +73,11 @@ class ModelChoice:
     activation_stride: int = 0  # hunt 71: a params file's memory plan was dropped
     weight_chunks: int = 0
     wafer: str | None = None
+    # a params file's optimizer: MemoryX's state per parameter (`training.plan.slots_of`)
+    # and whether it clips the global gradient norm (hunt 74: a plan sized Adam and priced
+    # per-group updates for every file); a preset: Adam, no clipping (said on the plan)
+    optimizer_slots: int = 2
+    clip_gradients: bool = False
 
     def file_notes(self, priced: str) -> list[str]:
         """A params file's memory plan and wafer as a plan on wafer `priced` prices them

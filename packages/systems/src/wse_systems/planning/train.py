@@ -36,7 +36,7 @@ from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems.planning.choice import ModelChoice, PlanError, check_context
 from wse_systems.planning.train_step import default_batch, wafer_train_step
-from wse_systems.training.placement import PRECISION_WORDS
+from wse_systems.training.placement import PRECISION_WORDS, StepLayout
 from wse_systems.transformer import DecoderShape, num_params
 
 __all__ = ["PlanError", "ModelChoice", "SideResult", "Plan", "wafer_train_step", "default_batch",
@@ -343,6 +343,8 @@ def plan_train(
         step_s, per_system, scale = wafer_train_step(
             cfg, spec, num_csx=n, batch=per_system, seq_len=seq, micro_batch=micro,
             stride=choice.activation_stride, chunks=choice.weight_chunks,
+            optimizer_slots=choice.optimizer_slots,
+            layout=StepLayout(clip_gradients=choice.clip_gradients),
         )  # fmt: skip
     global_batch = n * per_system
     steps = math.ceil(tokens / (global_batch * seq))
@@ -368,8 +370,11 @@ def plan_train(
         "same global batch and sequence on both systems",
         "batches: --batch and batch_per_system are per system; params.yaml's batch_size is "
         "global (split over num_csx); each system runs micro-batches of micro_batch "
-        "(micro_batch_size: auto = the largest the SRAM ledger fits, wse train's when unset; "
-        "explore = the fastest predicted divisor) and MemoryX accumulates their gradients; "
+        "(micro_batch_size: auto = the largest the SRAM ledger fits, wse train's when unset, "
+        "a stated rule where ModelZoo's auto looks for a reasonable size and may choose "
+        "another; explore = the fastest predicted divisor; each micro-batch's activation "
+        "stride, unless the params file sets one, the fastest of those that fit: "
+        "wse_systems.training.stride) and MemoryX accumulates their gradients; "
         "with no batch given, the smallest whose streams add <= 1% of the step, unless a power "
         "of two within a factor 2 of it runs > 1% more tokens/s (then the fastest of those: "
         "default_batch)",

@@ -21,7 +21,7 @@ __all__ = ["wafer_train_step", "default_batch", "explore_hint"]
 
 def wafer_train_step(
     config: Any, spec: WaferSpec, *, num_csx: int, batch: int | None, seq_len: int,
-    micro_batch: int | str | None = "auto", stride: int = 0, chunks: int = 0,
+    micro_batch: int | str | None = "auto", **plan: Any,
 ) -> tuple[float, int, dict[str, Any]]:  # fmt: skip
     """(seconds per step, batch per system, figures) of weight-streaming training, from the
     planned step (`wse_systems.training.micro_batch.plan_step`: the micro-batch resolved as
@@ -32,9 +32,10 @@ def wafer_train_step(
     step ran in (`wse_systems.training.placement.precision_of`: fp32 / mixed), micro-batch
     and their count, what sets the step, the step's parts (compute, weights in, gradients
     out, MemoryX's update: busy seconds) and the seconds the streams add. With `batch` None
-    the batch is `default_batch`'s (figures["batch_choice"] says why). `stride`, `chunks`:
-    the memory plan's (`plan_step`; a params file's `runconfig.activation_stride`,
-    `weight_chunks`), every step priced here runs it. figures["explored"],
+    the batch is `default_batch`'s (figures["batch_choice"] says why). `plan`: `plan_step`'s
+    `stride`, `chunks` (a params file's `runconfig.activation_stride`, `weight_chunks`),
+    `optimizer_slots` and `layout` (`StepLayout(clip_gradients=...)`): every step priced
+    here runs them. figures["explored"],
     figures["micro_batch_hint"]: `explore_hint`'s, at the same batch."""
     from wse_core import WseError
 
@@ -43,7 +44,7 @@ def wafer_train_step(
 
     def step(n: int, b: int, m: int | str | None) -> Any:
         return plan_step(config, spec, num_csx=n, batch_per_system=b, seq_len=seq_len,
-                         micro_batch=m, stride=stride, chunks=chunks)  # fmt: skip
+                         micro_batch=m, **plan)  # fmt: skip
 
     why = None
     if batch is None:

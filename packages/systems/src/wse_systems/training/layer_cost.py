@@ -173,12 +173,18 @@ def chunk_phases(pl: StepPlacement, st: Streams, i: int, cols: int, backward: bo
     return [st.weights_in(n), grad, st.gradients_out(n), st.update(n)]
 
 
-def chunked_layer_phases(model: Any, pl: StepPlacement, st: Streams, *, backward: bool = False):
+def chunked_layer_phases(
+    model: Any, pl: StepPlacement, st: Streams, *, backward: bool = False, vectors_in: bool = True
+) -> Phases:
     """One layer streamed in column chunks (`pl.chunks`): each chunk's stream overlapped
     with its own product, matrix by matrix (backward: in reverse, each chunk's gradient out
     and update overlapped too); the layer's vectors stream during its attention and
-    pointwise work (twice in the backward). The backward's inner recompute is the forward
-    again (`wse_systems.training.performance.step_phases`)."""
+    pointwise work (twice in the backward), their gradient out there in the backward.
+    `vectors_in` False: the vectors are already on the wafer. A step's backward runs the
+    forward again first (its inner recompute, vectors in with it) and then this backward
+    with `vectors_in=False` (`wse_systems.training.performance._chunked_step`), as the
+    trainer takes them once for both (`ChunkedLayer.backward_items`; hunt 74: priced three
+    times a step, the run's twice)."""
     ck = pl.chunks
     order = range(len(ck.matrices))
     parts: list[Phase | Phases] = []
@@ -191,5 +197,6 @@ def chunked_layer_phases(model: Any, pl: StepPlacement, st: Streams, *, backward
                   Phase("pointwise", pointwise_work(model, pl), repeat=k), name="mix")  # fmt: skip
     v = ck.vector_params
     grads = (st.gradients_out(v), st.update(v)) if backward else ()
-    parts.append(overlap(st.weights_in(v), rest, *grads, name="vectors"))
+    ins = (st.weights_in(v),) if vectors_in else ()
+    parts.append(overlap(*ins, rest, *grads, name="vectors"))
     return serial(*parts, name="layer_backward" if backward else "layer_forward")

@@ -12,15 +12,22 @@ speed=)`:
 - "none" or None: the whole per-system batch at once;
 - "auto": the largest divisor whose memory plan the SRAM ledger fits
   (`wse_systems.training.plan.plan_activations`: whole layers or column chunks, any stride); when
-  not even one sequence fits, the ledger's `SramBudgetError` for one sequence;
+  not even one sequence fits, the ledger's `SramBudgetError` for one sequence. ModelZoo
+  documents its auto as finding "a reasonable" micro-batch size, faster to compile than
+  explore but maybe "less optimal", without saying how; ours is this stated rule (the fewest
+  micro-batches, each of which streams every weight again), which `wse train` runs and `wse
+  plan train` prices, with explore's gain as a hint where explore is faster (hunt 74: Llama 3
+  8B, 48 sequences per system: 48 x 1 takes 8.92 s, explore's 8 x 6 6.35 s);
 - "explore": of the divisors that fit, the one `speed(micro_batch)` (tokens/s, e.g. the
   predicted step's) finds fastest, the larger on a tie.
 
 `plan_step(model, spec, num_csx=, batch_per_system=, seq_len=, micro_batch="explore")` is the
 step a planner prices (`wse plan train`, `trillion-scaling`): the micro-batch resolved as
 above ("explore" by `predict_step`'s tokens/s), then `predict_step` on that micro-batch's
-memory plan. It never refuses a batch that micro-batches fit: only a model whose one
-sequence the ledger cannot place (or whose state MemoryX cannot hold) is an error.
+memory plan (`wse_systems.training.stride.run_plan`: `stride` 0, the fastest activation
+stride that fits; `optimizer_slots`, the optimizer's MemoryX state, `plan.slots_of`). It
+never refuses a batch that micro-batches fit: only a model whose one sequence the ledger
+cannot place (or whose state MemoryX cannot hold) is an error.
 
 `divisors(n)` lists a batch's divisors in increasing order.
 """
@@ -32,7 +39,7 @@ from typing import Any
 
 from wse_core import RunReport, SramBudgetError, WaferSpec
 
-from wse_systems.training.plan import memory_plan, plan_activations
+from wse_systems.training.plan import plan_activations
 
 __all__ = ["MODES", "divisors", "fits", "resolve_micro_batch", "plan_step"]
 
@@ -97,15 +104,19 @@ def plan_step(
     **kw: Any,
 ) -> RunReport:
     """The planned step (module contract); `kw` goes to `predict_step` (`layout`: its
-    placement and precision, the plan each micro-batch's; `sparsity`)."""
+    placement and precision, the plan each micro-batch's; `sparsity`) but
+    `optimizer_slots` (`plan.slots_of`: the optimizer's MemoryX state; 2, Adam's), which
+    goes to each micro-batch's plan."""
     from wse_systems.training.performance import StepLayout, predict_step
+    from wse_systems.training.stride import run_plan
 
     reports: dict[int, RunReport] = {}
     layout = kw.pop("layout", StepLayout())  # its plan: each micro-batch's own
+    slots = kw.pop("optimizer_slots", 2)
 
     def report(m: int) -> RunReport:
         if m not in reports:
-            plan = memory_plan(model, spec, m, seq_len, stride=stride, chunks=chunks)
+            plan = run_plan(model, spec, m, seq_len, stride, chunks, slots)
             reports[m] = predict_step(
                 model, spec, num_csx=num_csx, batch_per_system=batch_per_system,
                 micro_batch=m, seq_len=seq_len, layout=layout._replace(plan=plan), **kw,

@@ -28,9 +28,13 @@ num_csx times it); each system runs it as batch_per_system / micro_batch micro-b
 - **Streams** (`wse_systems.training.stream_cost`). Weights flow MemoryX -> SwarmX -> every
   wafer at min(memoryx, swarmx) bytes/s; gradients flow back, sum-reduced by SwarmX, at the
   same rate; a SwarmX tree of ceil(log_fanout num_csx) levels adds `system_latency_s` per
-  level to every streamed item. MemoryX applies each group's update as its gradient arrives
-  and keeps pace with that stream (overlapped with the backward; the last group's on the
-  critical path); a model over its capacity is refused (`check_memoryx`).
+  level to every streamed item. A tied head's gradient carries the embedding's share (the
+  trainer's SwarmX reduces the head's whole gradient, the embedding group's included, and
+  MemoryX adds it to the embedding's). MemoryX applies each group's update as its gradient
+  arrives and keeps pace with that stream (overlapped with the backward; the last group's on
+  the critical path), or, with global-norm clipping (`layout.clip_gradients`), holds them
+  all and applies every update after the last gradient (`wse_systems.training.update`); a
+  model over its capacity is refused (`check_memoryx`).
 - **Overlap, as Cerebras describes weight streaming**: forward,
   `overlap(weights_in(l + 1), forward(l))`; backward,
   `overlap(weights_in(l - 1), backward(l), gradients_out(l + 1), memoryx_update(l + 1))`;
@@ -39,8 +43,8 @@ num_csx times it); each system runs it as batch_per_system / micro_batch micro-b
 - **Below the layer** (the plan's chunks, `wse_systems.training.chunks`): each matrix streams in
   column chunks, each chunk's stream overlapped with its own product (`layer_cost.
   chunked_layer_phases`); a layer's backward first recomputes its inner activations (its
-  chunks stream again), then runs each chunk's dX and dW with its gradient out; the
-  embedding and the head stream during their own work (`_chunked_step`).
+  chunks stream again; its vectors once, before), then runs each chunk's dX and dW with its
+  gradient out; the embedding and the head stream during their own work (`_chunked_step`).
 - **Resident** placement (`placement="resident"`, only when `plan.resident`): no weight
   streams; with num_csx > 1 the gradients are sum-reduced through SwarmX and come back,
   overlapped with the backward; the optimizer runs on the wafer (fp32 Adam) after it.
@@ -86,6 +90,7 @@ from wse_systems.training.placement import (
 )
 from wse_systems.training.plan import memory_plan
 from wse_systems.training.stream_cost import PARTS, Streams, wafer_update
+from wse_systems.training.update import clips, held_update, update_assumption, update_streams
 
 __all__ = [
     "PRECISIONS",
@@ -109,11 +114,15 @@ __all__ = [
 
 def _groups(model: Any) -> dict[str, int]:
     """Parameters each stream carries: the embedding, one layer, the head (final norm and,
-    untied, the output matrix; tied, it reads the embedding too)."""
+    untied, the output matrix; tied, it reads the embedding too) and its gradient (tied: the
+    embedding group's too, tokens and positions, as the trainer's SwarmX reduces it each
+    micro-batch; hunt 74: 11,065,344 bytes reduced where 8,706,048 were priced), and the
+    head's own update (the final group: the tied share joins the embedding's gradient)."""
     embed, layer = int(model.embed_params()), int(model.layer_params())
     final = int(model.num_params()) - embed - int(model.n_layers) * layer
-    head_in = final + (embed if model.tie_embeddings else 0)
-    return {"embed": embed, "layer": layer, "head": head_in, "head_grad": final}
+    tied = embed if model.tie_embeddings else 0
+    return {"embed": embed, "layer": layer, "head": final + tied, "head_grad": final + tied,
+            "head_update": final}  # fmt: skip
 
 
 def forward_nodes(st: Any, g: dict[str, int], L: int, embed: Phase, fwd: Phases) -> list:
@@ -141,14 +150,15 @@ def _runs(nodes: list[Phase | Phases]) -> list[Phase | Phases]:
     return out
 
 
-def step_phases(
-    model: Any, pl: StepPlacement, *, streams: bool = True, accumulate: bool = False
-) -> Phases:
+def step_phases(model: Any, pl: StepPlacement, *, streams: bool = True, accumulate: bool = False,
+                clipped: bool = False) -> Phases:  # fmt: skip
     """One micro-batch of one replica (the whole step without accumulation) as the overlap
-    rules of the module contract say; `accumulate`: MemoryX only sums its gradients."""
-    st = Streams(pl, streams, accumulate)
+    rules of the module contract say; `accumulate`: MemoryX only sums its gradients;
+    `clipped`: MemoryX holds the updates until the last gradient (`update.held_update`)."""
+    st = update_streams(pl, streams, accumulate, clipped)
     if pl.chunks is not None:
-        return serial(*_runs(_chunked_step(model, pl, st)), name="train_step")
+        held = held_update(st, _groups(model), int(model.n_layers))
+        return serial(*_runs([*_chunked_step(model, pl, st), *held]), name="train_step")
     g, L = _groups(model), int(model.n_layers)
     fwd, bwd = layer_phases(model, pl), layer_phases(model, pl, backward=True)
     embed_f = Phase("embed_forward", embed_work(model, pl, backward=False))
@@ -160,15 +170,14 @@ def step_phases(
         again = overlap(st.weights_in(g["layer"]), fwd, name="recompute", repeat=L - kept)
         nodes.append(again)
     for i in reversed(range(L)):
-        nxt, done = (
-            (g["layer"] if i else g["embed"]),
-            (g["head_grad"] if i == L - 1 else g["layer"]),
-        )
-        parts = (st.returned(nxt), bwd, st.gradients_out(done), st.update(done))
+        nxt = g["layer"] if i else g["embed"]
+        out, done = (g["head_grad"], g["head_update"]) if i == L - 1 else (g["layer"],) * 2
+        parts = (st.returned(nxt), bwd, st.gradients_out(out), st.update(done))
         nodes.append(overlap(*parts, name="backward"))
     tail = (st.gradients_out(g["layer"]), st.update(g["layer"]))
     nodes.append(overlap(embed_b, *tail, name="embedding_backward"))
     nodes.append(serial(st.gradients_out(g["embed"]), st.update(g["embed"]), name="last_update"))
+    nodes += held_update(st, g, L)
     if pl.resident:
         n = int(model.num_params())
         nodes.append(serial(Phase("adam_on_wafer", wafer_update(pl, n)), name="optimizer"))
@@ -179,14 +188,15 @@ def _chunked_step(model: Any, pl: StepPlacement, st: Streams) -> list[Phase | Ph
     """Streaming below the layer: every item's stream overlaps its own compute (the link
     carries one item at a time); the embedding and the head stream during their own work,
     their gradients out with it; a layer's backward recomputes its inner activations first
-    (its chunks stream again)."""
+    (its chunks and vectors stream again; the backward that follows, only its chunks)."""
     g, L = _groups(model), int(model.n_layers)
     fwd = chunked_layer_phases(model, pl, st)
     bwd = serial(dataclasses.replace(fwd, name="inner_recompute"),
-                 chunked_layer_phases(model, pl, st, backward=True), name="backward")  # fmt: skip
+                 chunked_layer_phases(model, pl, st, backward=True, vectors_in=False),
+                 name="backward")  # fmt: skip
     embed_f = Phase("embed_forward", embed_work(model, pl, backward=False))
     embed_b = Phase("embed_backward", embed_work(model, pl, backward=True))
-    out = (st.gradients_out(g["head_grad"]), st.update(g["head_grad"]))
+    out = (st.gradients_out(g["head_grad"]), st.update(g["head_update"]))
     head = overlap(st.weights_in(g["head"]), head_phases(model, pl), *out, name="head")
     done = (st.gradients_out(g["embed"]), st.update(g["embed"]))
     recompute = L - math.ceil(L / pl.stride)
@@ -215,7 +225,7 @@ ASSUMPTIONS = {
     "system_latency_s each, paid by every streamed item",
     "weight-streaming overlap": "next layer's weights prefetched during this layer's "
     "compute; gradients out and the MemoryX update overlap the previous layer's backward",
-    "MemoryX update": "applied per group as its gradient arrives, keeping pace with the stream",
+    "MemoryX update": update_assumption(False),  # or, clipping, update_assumption(True)
     "exp": f"{EXP_FMACS:g} FMACs per element unless --assume {EXP_KEY}=N "
     "(wse_systems.attention.EXP)",
     "zero skipping": "with mlp_zero_fraction s (ReLU-like MLPs only: other activations have "
@@ -234,7 +244,8 @@ CHUNKED_ASSUMPTIONS = {
     "time, double-buffered); backward: its gradient out and MemoryX's update too; the "
     "vectors stream during the attention and pointwise work",
     "chunked backward": "a chunked layer's backward streams its chunks twice: to recompute "
-    "its inner activations from its input, then for the gradients (forward: once)",
+    "its inner activations from its input, then for the gradients (forward: once); its "
+    "vectors once, before the recompute, their gradient out last",
 }
 
 
@@ -253,7 +264,8 @@ def predict_step(
     `seq_len` tokens (the global batch is num_csx times that) run as micro-batches of
     `micro_batch` (default: the whole per-system batch at once), placed as `layout` says
     (`StepLayout`: its `plan` by default `memory_plan(model, spec, micro_batch, seq_len)`,
-    the plan `wse train` builds for one micro-batch, streamed, in the model's precision),
+    the plan `wse train` builds for one micro-batch, streamed, in the model's precision;
+    a `clip_gradients` True where the run clips the global gradient norm: `update.clips`),
     skipping what `sparsity` lets it. `extra`: tokens_per_s (all systems), stall_fraction
     (the share of the step the streams add), step_bound (`step_bound`), micro_batch,
     micro_batches, batch_per_system, global_batch, placement, precision, stride."""
@@ -264,7 +276,8 @@ def predict_step(
         raise WseError(
             f"micro-batch {micro} does not divide the per-system batch of {batch_per_system}"
         )
-    plan, placement, precision = layout
+    plan, placement, precision = layout.plan, layout.placement, layout.precision
+    clipped = clips(layout)
     if plan is None:
         plan = memory_plan(model, spec, micro, seq_len)
     mlp_zero_fraction = sparsity.mlp_zero_fraction
@@ -276,7 +289,7 @@ def predict_step(
     with recording() as got:  # building the phases reads constants too (exp_fmacs)
         compute = step_phases(model, pl, streams=False)
         compute_s = k * RunReport.build("compute", spec, compute).predicted_s
-        step = _accumulated(model, pl, k)
+        step = _accumulated(model, pl, k, clipped)
 
     def figures(step: Timing) -> dict[str, Any]:
         step_s = step.seconds
@@ -298,12 +311,13 @@ def predict_step(
             "swarmx_fanout": spec.swarmx_fanout,
         }
 
+    said = ASSUMPTIONS | {"MemoryX update": update_assumption(clipped)}
     return RunReport.build(
         "train_step",
         spec,
         step,
         sram=plan.streaming.sram if plan.streaming is not None else {},
-        assumptions={**ASSUMPTIONS, **(CHUNKED_ASSUMPTIONS if pl.chunks is not None else {})},
+        assumptions=said | (CHUNKED_ASSUMPTIONS if pl.chunks is not None else {}),
         units="step",
         systems=num_csx,
         extra=figures,
@@ -328,10 +342,10 @@ def check_step_shape(
     raise WseError(f"seq_len must be an integer {allowed}, got {shown_setting(seq_len)}")
 
 
-def _accumulated(model: Any, pl: StepPlacement, k: int) -> Phases:
+def _accumulated(model: Any, pl: StepPlacement, k: int, clipped: bool = False) -> Phases:
     """k micro-batches one after another, each the whole stream of a step; MemoryX sums the
     first k - 1 gradients (`memoryx_accumulate`) and updates in the last."""
-    last = step_phases(model, pl)
+    last = step_phases(model, pl, clipped=clipped)
     if k == 1:
         return last
     early = dataclasses.replace(step_phases(model, pl, accumulate=True), name="micro_batch")

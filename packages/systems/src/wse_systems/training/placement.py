@@ -152,11 +152,14 @@ class StepLayout(NamedTuple):
     """Where a step's training state lives and in which numbers (what `place_step` reads
     beside the workload): `plan` the memory plan of one micro-batch (None: the one `wse
     train` builds, `memory_plan(model, spec, micro_batch, seq_len)`), its state `placement`
-    "streamed" or "resident", its `precision` (None: the model's, `precision_of`)."""
+    "streamed" or "resident", its `precision` (None: the model's, `precision_of`), and
+    `clip_gradients`, whether the run clips the global gradient norm (its
+    `optimizer.max_gradient_norm` set: MemoryX holds the updates, `update`)."""
 
     plan: MemoryPlan | None = None
     placement: str = "streamed"
     precision: str | None = None
+    clip_gradients: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,16 +5,20 @@
   current and the prefetched layer), one layer's gradient and one layer's working set: it
   keeps every layer's input when they fit, otherwise the inputs of every `stride`-th layer,
   recomputing the others segment by segment in the backward pass (at most ceil(L / stride) +
-  stride - 1 layer inputs held at once). When even that leaves no room for a whole layer,
-  the layer streams below itself (`wse_systems.training.chunks`): its matrices in column chunks
-  whose three buffers (current, prefetched, gradient) replace the layer's; the activations come
-  first (the smallest stride beside a floor chunk of one output column per PE row), the
-  chunk takes the SRAM left (`WeightChunks.reason` says so). `chunks=k` forces k chunks per
-  matrix. Too little SRAM even for the floor chunk is a `SramBudgetError` from the ledger.
-- `memory_plan(...)` is the `--validate-only` table: weights, gradients, optimizer state and
-  activations in total and per PE, for a model resident in wafer SRAM and for weight
-  streaming (wafer: two layers or two chunks, MemoryX: fp32 masters and optimizer state,
-  fp32 whatever param_dtype, as `wse_trainer.memoryx` holds them: `MASTER_BYTES`);
+  stride - 1 layer inputs held at once: `inputs_held`); `stride=0` takes the smallest that
+  fits (a run keeps the fastest of them: `wse_systems.training.stride`). When even that
+  leaves no room for a whole layer, the layer streams below itself
+  (`wse_systems.training.chunks`): its matrices in column chunks whose three buffers
+  (current, prefetched, gradient) replace the layer's; the activations come first (the
+  smallest stride beside a floor chunk of one output column per PE row), the chunk takes
+  the SRAM left (`WeightChunks.reason` says so). `chunks=k` forces k chunks per matrix.
+  Too little SRAM even for the floor chunk is a `SramBudgetError` from the ledger.
+- `memory_plan(..., optimizer_slots=)` is the `--validate-only` table (`optimizer_slots`:
+  the optimizer's fp32 values per parameter, `slots_of(config.optimizer)`; 2, Adam's, by
+  default): weights, gradients, optimizer state and activations in total and per PE, for a
+  model resident in wafer SRAM and for weight streaming (wafer: two layers or two chunks,
+  MemoryX: fp32 masters and optimizer state, fp32 whatever param_dtype, as
+  `wse_trainer.memoryx` holds them: `MASTER_BYTES`);
   `check_memoryx(plan)` refuses a model whose MemoryX state exceeds the spec's capacity.
 - `host_bytes(...)` is what the emulator holds in host memory for a run on one process
   (MemoryX, and every local replica's streamed layers and activations: CPU devices are host
@@ -39,6 +43,8 @@ __all__ = [
     "memory_plan",
     "check_memoryx",
     "layer_counts",
+    "slots_of",
+    "inputs_held",
     "host_bytes",
     "MASTER_BYTES",
 ]
@@ -49,6 +55,17 @@ __all__ = [
 # sums gradients in fp32; hunt 68: a param_dtype bfloat16 plan showed fp32 here, which is
 # what its run holds, without saying so).
 MASTER_BYTES = 4
+
+
+def slots_of(optimizer: Any) -> int:
+    """fp32 values per parameter that `optimizer` (its `optimizer_type` and `momentum`, as a
+    params file's optimizer section) keeps in MemoryX beside the master, as
+    `wse_trainer.optimizer.base_transform` builds it with optax: adam and adamw two (mu,
+    nu); sgd and momentum one (the trace) with a momentum, none without (`optax.sgd` keeps no
+    trace for momentum None). Hunt 74: every plan sized Adam's two."""
+    if optimizer.optimizer_type in ("adam", "adamw"):
+        return 2
+    return 1 if optimizer.momentum else 0
 
 
 def layer_counts(model: Any) -> tuple[int, int]:
@@ -74,6 +91,7 @@ class ActivationPlan:
     activation_bytes_per_pe: int  # one layer input, per PE
     sram: dict[str, Any]  # the ledger's summary
     chunks: WeightChunks | None = None  # how each matrix streams (None: whole layers)
+    stride_reason: str = ""  # why this stride (`fastest_stride`; "" when given or the least)
 
     def keeps(self, layer: int) -> bool:
         return layer % self.stride == 0
@@ -83,7 +101,8 @@ class ActivationPlan:
         return self.chunks is not None and not self.chunks.whole
 
 
-def _held(n_layers: int, stride: int) -> int:
+def inputs_held(n_layers: int, stride: int) -> int:
+    """Layer inputs held at once at most when every `stride`-th is kept (module contract)."""
     return n_layers if stride == 1 else math.ceil(n_layers / stride) + stride - 1
 
 
@@ -119,15 +138,17 @@ class _Replica:
         a("working set of one layer", self.working)
 
     def stride(self, stride: int) -> int:
-        """`stride`, or (0) the smallest whose held inputs fit; the cheapest if none fits."""
+        """`stride`, or (0) the smallest whose held inputs fit; the cheapest if none fits
+        (what fits, and the chunk a chunked plan sizes; `fastest_stride` chooses among them)."""
         if stride > 0:
             return stride
         fit = self.ledger.free_bytes() // max(self.act, 1)
-        choices = [k for k in range(1, self.L + 1) if _held(self.L, k) <= fit]
-        return choices[0] if choices else min(range(1, self.L + 1), key=lambda k: _held(self.L, k))
+        held = {k: inputs_held(self.L, k) for k in range(1, self.L + 1)}
+        choices = [k for k, n in held.items() if n <= fit]
+        return choices[0] if choices else min(held, key=held.__getitem__)
 
     def activations(self, stride: int) -> int:
-        held = _held(self.L, min(stride, self.L))
+        held = inputs_held(self.L, min(stride, self.L))
         self.ledger.allocate(f"activations: {held} layer inputs (stride {stride})", held * self.act)
         return held
 
@@ -232,8 +253,9 @@ def memory_plan(
     """Training memory, resident vs streamed, for one replica of `micro_batch` sequences.
 
     `streaming`: the `ActivationPlan` a trainer already runs (default: planned here with
-    `stride` and `chunks`), so that the prediction (`wse_systems.training.performance.predict_step`)
-    reads the same object."""
+    `stride` and `chunks`; `stride` 0, the smallest that fits: a run's plan, the fastest of
+    them, is `wse_systems.training.stride.run_plan`'s), so that the prediction
+    (`wse_systems.training.performance.predict_step`) reads the same object."""
     n_params = int(model.num_params())
     per_layer, _ = layer_counts(model)
     size = dtype_bytes(model.dtype)

@@ -64,7 +64,9 @@ ASSUMPTIONS = {
     "MemoryX's ingress (memoryx_bytes_per_s) takes the one reduced stream for all N",
     "MemoryX update": "overlapped with the wafer's backward (each group's update as its "
     "gradient lands, while the wafer computes the next layer down); the last group's on the "
-    "critical path; only in a step's last micro-batch (earlier ones are summed)",
+    "critical path; only in a step's last micro-batch (earlier ones are summed); a run that "
+    "clips the global gradient norm holds every update to the step's end (the step's own "
+    "MemoryX update line says which)",
     "micro-batch": "explored per system count: the divisor of the per-system batch with "
     "the most predicted tokens/s (plan_step)",
 }
