@@ -59,7 +59,10 @@ def test_the_summary_carries_vllms_keys_with_vllms_figures():
     missing = sorted(set(want) - set(got))
     assert missing == []  # was every vLLM key but completed, failed, burstiness
     for key, value in want.items():
-        assert got[key] == pytest.approx(value, rel=1e-12, abs=0), key
+        if isinstance(value, str):  # pytest 9.2 refuses approx of text (the model id)
+            assert got[key] == value, key
+        else:
+            assert got[key] == pytest.approx(value, rel=1e-12, abs=0), key
 
 
 def test_each_vllm_time_is_ours_in_ms_and_ours_are_kept():
