@@ -40,23 +40,26 @@ def _project(path: Path) -> dict:
     return tomllib.loads(path.read_text())["project"]
 
 
+def _imported(nodes) -> set[str]:
+    """The top-level modules that absolute imports among `nodes` (AST nodes) name."""
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
 def _imports(src: Path) -> dict[str, set[str]]:
     """third-party top-level module -> files that import it, for absolute imports in
     src/**.py (the standard library and the workspace's own `wse_*` packages left out)"""
     found: dict[str, set[str]] = {}
     for f in src.rglob("*.py"):
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for n in names:
-                top = n.split(".")[0]
-                if (src / f"{top}.py").exists() or (ROOT / "bench" / f"{top}.py").exists():
-                    continue  # a sibling module (bench/torch_baseline) or a bench a test loads
-                found.setdefault(n.split(".")[0], set()).add(str(f.relative_to(ROOT)))
+        for top in _imported(ast.walk(ast.parse(f.read_text(), str(f)))):
+            if (src / f"{top}.py").exists() or (ROOT / "bench" / f"{top}.py").exists():
+                continue  # a sibling module (bench/torch_baseline) or a bench a test loads
+            found.setdefault(top, set()).add(str(f.relative_to(ROOT)))
     return {
         m: files
         for m, files in found.items()
@@ -139,16 +142,9 @@ def _top_level_imports(d: Path) -> dict[str, set[str]]:
     (statements in the module's body, not inside functions)"""
     found: dict[str, set[str]] = {}
     for f in [*d.rglob("test_*.py"), *d.rglob("conftest.py")]:
-        for node in ast.parse(f.read_text(), str(f)).body:
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for top in {n.split(".")[0] for n in names}:
-                if top not in sys.stdlib_module_names and not top.startswith("wse_"):
-                    found.setdefault(top, set()).add(str(f.relative_to(ROOT)))
+        for top in _imported(ast.parse(f.read_text(), str(f)).body):
+            if top not in sys.stdlib_module_names and not top.startswith("wse_"):
+                found.setdefault(top, set()).add(str(f.relative_to(ROOT)))
     return found
 
 
