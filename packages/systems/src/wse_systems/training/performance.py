@@ -232,8 +232,8 @@ ASSUMPTIONS = {
     "no exact zeros and are refused), an FMAC fires only on a nonzero operand: the "
     "down projection (forward, dW) and the up projection (dX, dW) run (1 - s) of their "
     "FMACs; zeros still cross the fabric",
-    "MemoryX capacity": "fp32 masters and the optimizer's slots (2, Adam) per parameter; "
-    "gradients held only while a layer's chunks arrive (or for global-norm clipping)",
+    "MemoryX capacity": "fp32 masters and the optimizer's slots (plan.slots_of: Adam 2, sgd 1 "
+    "or 0) per parameter; gradients held while a layer's chunks arrive, or for clipping",
 }
 CHUNKED_ASSUMPTIONS = {
     "below the layer": "a layer that does not fit streams matrix by matrix in column chunks "

@@ -80,8 +80,10 @@ def stream_budget(
     ]  # fmt: skip
     rows += _layer_rows(model, pl, pm, st)
     fwd, bwd = head_phases(model, pl, "forward"), head_phases(model, pl, "backward")
+    # tied: the head's gradient out carries the embedding group's too, as the trainer's SwarmX
+    # reduces it (`performance._groups`; hunt 74)
     rows.append(_row(pm, "head", 1, head_in * size, st.weights_in(head_in), (fwd, bwd),
-                     st.gradients_out(head), together=True))  # fmt: skip
+                     st.gradients_out(head_in), together=True))  # fmt: skip
     return rows
 
 
