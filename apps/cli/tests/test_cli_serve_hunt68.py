@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import typer
 from wse_cli.app import app
-from wse_cli.testing import invoke, refused_in_one_line
+from wse_cli.testing import invoke, refused_in_one_line, serve_configs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,13 +30,7 @@ MOCK = ["infer", "serve", "--model-dir", "mock", "--port", "0"]
 @pytest.fixture
 def served(monkeypatch):
     """The ServeConfig each `wse infer serve` would serve (the server is not started)."""
-    import wse_inference.serve.app
-
-    configs = []
-    monkeypatch.setattr(
-        wse_inference.serve.app, "serve", lambda engine, config, **_: configs.append(config)
-    )
-    return configs
+    return serve_configs(monkeypatch)
 
 
 def test_a_template_that_drops_the_message_is_refused_at_start(served, tmp_path):

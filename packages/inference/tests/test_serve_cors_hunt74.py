@@ -23,7 +23,7 @@ import pytest
 import typer
 from fastapi.testclient import TestClient
 from wse_cli.app import app
-from wse_cli.testing import invoke, refused_in_one_line
+from wse_cli.testing import invoke, refused_in_one_line, serve_configs
 from wse_inference.mock import MockEngine
 from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.cors import CorsConfig
@@ -141,13 +141,7 @@ def test_the_app_alone_through_testclient():
 @pytest.fixture
 def served(monkeypatch):
     """The ServeConfig each `wse infer serve` would serve (the server is not started)."""
-    import wse_inference.serve.app
-
-    configs = []
-    monkeypatch.setattr(
-        wse_inference.serve.app, "serve", lambda engine, config, **_: configs.append(config)
-    )
-    return configs
+    return serve_configs(monkeypatch)
 
 
 def test_the_cli_defaults_are_vllms(served):

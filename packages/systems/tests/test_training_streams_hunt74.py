@@ -26,7 +26,7 @@ import wse_models
 from wse_core.cost.assumptions import assumed_spec
 from wse_systems.training.performance import StepLayout, predict_step
 from wse_systems.training.plan import memory_plan
-from wse_systems.training.stream_cost import PARTS
+from wse_systems.training.stream_cost import PARTS, stream_bytes
 
 WSE3 = assumed_spec("wse3")
 
@@ -41,14 +41,8 @@ class ClippedLayout(NamedTuple):
 
 
 def _bytes(report, spec=WSE3) -> dict[str, float]:
-    """Bytes each stream moves per replica in the step (a phase's seconds at the rate)."""
-    rate = min(spec.memoryx_bytes_per_s, spec.swarmx_bytes_per_s)
-    out: dict[str, float] = {}
-    for leaf, k in report.phases.leaves():
-        if leaf.name in PARTS:
-            got = k * leaf.work.host_io_bytes * rate / spec.host_io_bytes_per_s
-            out[leaf.name] = out.get(leaf.name, 0.0) + got
-    return out
+    """Bytes each stream moves per replica in the step (`stream_cost.stream_bytes`)."""
+    return stream_bytes(report, spec)
 
 
 def _gpt2_counts(m) -> tuple[int, int, int, int]:

@@ -22,7 +22,7 @@ import wse_models
 from wse_core import preset
 from wse_systems.training.performance import StepLayout, predict_step
 from wse_systems.training.plan import memory_plan, plan_activations
-from wse_systems.training.stream_cost import PARTS
+from wse_systems.training.stream_cost import stream_bytes
 from wse_trainer.memoryx import MemoryX, group_names
 from wse_trainer.optimizer import base_transform
 from wse_trainer.session import predict, validate
@@ -49,13 +49,7 @@ class ClippedLayout(NamedTuple):
 
 def _planned(report, spec) -> dict[str, int]:
     """Bytes each stream moves in the predicted step, every system together."""
-    rate = min(spec.memoryx_bytes_per_s, spec.swarmx_bytes_per_s)
-    out: dict[str, float] = {}
-    for leaf, k in report.phases.leaves():
-        if leaf.name in PARTS:
-            got = k * leaf.work.host_io_bytes * rate / spec.host_io_bytes_per_s
-            out[leaf.name] = out.get(leaf.name, 0.0) + got
-    return {k: round(v * report.systems) for k, v in out.items()}
+    return {k: round(v * report.systems) for k, v in stream_bytes(report, spec).items()}
 
 
 def _predicted(model, num_csx: int, chunks: int):

@@ -39,6 +39,7 @@ __all__ = [
     "invoke",
     "refused_in_one_line",
     "walk_commands",
+    "serve_configs",
 ]
 
 RSS_CAP = 1 << 30  # bytes: no process tree refusing an input may hold more (issue 43)
@@ -283,3 +284,15 @@ def unprivileged() -> list[str] | None:
     if not prefix or subprocess.run([*prefix, "true"], capture_output=True).returncode != 0:
         return None
     return prefix
+
+
+def serve_configs(monkeypatch: Any) -> list[Any]:
+    """The ServeConfig each `wse infer serve` in the test would serve, appended to the list
+    returned, the server never started (`monkeypatch`: pytest's)."""
+    import wse_inference.serve.app
+
+    configs: list[Any] = []
+    monkeypatch.setattr(
+        wse_inference.serve.app, "serve", lambda engine, config, **_: configs.append(config)
+    )
+    return configs

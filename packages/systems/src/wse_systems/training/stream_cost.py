@@ -14,14 +14,16 @@ update's pace). `PARTS` maps each stream phase to the part of the step it belong
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from wse_core import Op, Phase, Work
+from wse_core import Op, Phase, WaferSpec, Work
 from wse_core.cost.mechanisms import CONSTANTS
 from wse_core.cost.reads import read, reading
 
 from wse_systems.training.placement import StepPlacement
 
-__all__ = ["ADAM_FP32_OPS", "PARTS", "tree_levels", "stream_work", "wafer_update", "Streams"]
+__all__ = ["ADAM_FP32_OPS", "PARTS", "tree_levels", "stream_work", "wafer_update", "Streams",
+           "stream_bytes"]  # fmt: skip
 
 # stream phase name -> the part of a step it is (every other leaf is the wafer's compute)
 PARTS = {
@@ -105,3 +107,16 @@ class Streams:
         live = self.on and not self.pl.resident
         name = "memoryx_accumulate" if self.accumulate else "memoryx_update"
         return Phase(name, stream_work(self.pl, n) if live else Work())
+
+
+def stream_bytes(report: Any, spec: WaferSpec) -> dict[str, float]:
+    """Bytes each stream phase of a predicted step (`report`, a RunReport) moves per replica:
+    each `PARTS` leaf's host I/O bytes times its repeat, at the stream's rate (min(memoryx,
+    swarmx)) over the host I/O rate the leaf was priced at (what a run's metrics count)."""
+    rate = min(spec.memoryx_bytes_per_s, spec.swarmx_bytes_per_s)
+    out: dict[str, float] = {}
+    for leaf, k in report.phases.leaves():
+        if leaf.name in PARTS:
+            got = k * leaf.work.host_io_bytes * rate / spec.host_io_bytes_per_s
+            out[leaf.name] = out.get(leaf.name, 0.0) + got
+    return out
