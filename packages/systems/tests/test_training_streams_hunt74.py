@@ -19,7 +19,6 @@ oracle of `packages/trainer/tests/test_training_streams_hunt74.py`.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
 
 import pytest
 import wse_models
@@ -31,13 +30,7 @@ from wse_systems.training.stream_cost import PARTS, stream_bytes
 WSE3 = assumed_spec("wse3")
 
 
-class ClippedLayout(NamedTuple):
-    """A `StepLayout` with the clipping flag a run sets (`wse_systems.training.update`)."""
-
-    plan: Any = None
-    placement: str = "streamed"
-    precision: str | None = None
-    clip_gradients: bool = True
+CLIPPED = StepLayout(clip_gradients=True)  # a run's with optimizer.max_gradient_norm set
 
 
 def _bytes(report, spec=WSE3) -> dict[str, float]:
@@ -103,7 +96,7 @@ def test_clipping_adds_the_held_updates_after_the_last_gradient(num_csx, batch, 
     m = wse_models.preset_config("gpt2-124m", dtype="bfloat16")
     kw = dict(num_csx=num_csx, batch_per_system=batch, micro_batch=micro, seq_len=1024)
     free = predict_step(m, WSE3, **kw)
-    held = predict_step(m, WSE3, **kw, layout=ClippedLayout())
+    held = predict_step(m, WSE3, **kw, layout=CLIPPED)
     embed, *_ = _gpt2_counts(m)
     extra = _update_s(m.num_params() - embed, m.n_layers + 1, num_csx)
     assert held.predicted_s - free.predicted_s == pytest.approx(extra, rel=1e-9)
@@ -116,7 +109,7 @@ def test_a_clipped_step_updates_nothing_before_its_last_gradient():
     """MemoryX's order (`wse_trainer.memoryx.MemoryX.finish_step`): every update after the
     step's last gradient out, every parameter once."""
     m = wse_models.preset_config("gpt2-124m", dtype="bfloat16")
-    r = predict_step(m, WSE3, num_csx=1, batch_per_system=1, seq_len=1024, layout=ClippedLayout())
+    r = predict_step(m, WSE3, num_csx=1, batch_per_system=1, seq_len=1024, layout=CLIPPED)
     leaves = [(leaf, k) for leaf, k in r.phases.leaves() if leaf.name in PARTS]
     last_out = max(i for i, (leaf, _) in enumerate(leaves) if leaf.name == "gradients_out")
     before = [leaf for leaf, _ in leaves[:last_out] if leaf.name == "memoryx_update"]

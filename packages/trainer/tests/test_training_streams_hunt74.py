@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,14 +36,7 @@ from wse_trainer.testing import (
     tiny_config,
 )
 
-
-class ClippedLayout(NamedTuple):
-    """A `StepLayout` with the clipping flag (`wse_systems.training.update.clips`)."""
-
-    plan: Any = None
-    placement: str = "streamed"
-    precision: str | None = None
-    clip_gradients: bool = True
+CLIPPED = StepLayout(clip_gradients=True)  # a run's with optimizer.max_gradient_norm set
 
 
 def _planned(report, spec) -> dict[str, int]:
@@ -117,7 +109,7 @@ def test_memoryx_holds_every_update_until_the_step_ends_when_clipping(clip):
     if clip is None:
         return
     spec = preset("small")
-    r = predict_step(model, spec, num_csx=1, batch_per_system=B, seq_len=S, layout=ClippedLayout())
+    r = predict_step(model, spec, num_csx=1, batch_per_system=B, seq_len=S, layout=CLIPPED)
     held = [n for n in r.phases.parts if n.name == "held_update"]
     assert len(held) == 1
     items = sum(k for leaf, k in held[0].leaves() if leaf.name == "memoryx_update")

@@ -29,6 +29,7 @@ def _from_params(path: str, name: str) -> ModelChoice:
     from wse_trainer.config import load_config
     from wse_trainer.config_check import check_config
     from wse_trainer.run import model_config
+    from wse_trainer.session import clips
 
     cfg = load_config(path)
     model = model_config(cfg)
@@ -43,7 +44,7 @@ def _from_params(path: str, name: str) -> ModelChoice:
         name, model, cfg.train_input.batch_size // n,
         cfg.train_input.max_sequence_length, n, cfg.train_input.micro_batch_size,
         cfg.train_input.batch_size, run.activation_stride, run.weight_chunks, str(run.wafer),
-        slots_of(cfg.optimizer), cfg.optimizer.max_gradient_norm is not None,
+        slots_of(cfg.optimizer), clips(cfg),
     )  # fmt: skip
 
 

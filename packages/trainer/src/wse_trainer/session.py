@@ -109,15 +109,9 @@ def validate(config: TrainConfig, spec: WaferSpec):
     model = model_config(config)
     check_config(config, model.max_seq_len, model.vocab_size)
     run = config.runconfig  # hunt 74: the fastest stride that fits, the optimizer's own state
-    plan = run_plan(
-        model,
-        spec,
-        micro_batch(config, spec, model),
-        config.train_input.max_sequence_length,
-        run.activation_stride,
-        run.weight_chunks,
-        slots_of(config.optimizer),
-    )
+    plan = run_plan(model, spec, micro_batch(config, spec, model),
+                    config.train_input.max_sequence_length, run.activation_stride,
+                    run.weight_chunks, slots_of(config.optimizer))  # fmt: skip
     check_memoryx(plan)  # before anything is printed or built
     return model, plan
 

@@ -322,9 +322,8 @@ def _check_host_memory(config) -> None:
     model = model_config(config)
     check_config(config, model.max_seq_len, model.vocab_size)
     csx = config.runconfig.num_csx
-    replicas = max(1, csx // max(1, jax.process_count()))
+    replicas, slots = max(1, csx // max(1, jax.process_count())), slots_of(config.optimizer)
     batch, seq = config.train_input.batch_size, config.train_input.max_sequence_length
-    slots = slots_of(config.optimizer)  # hunt 74: MemoryX holds the optimizer's own state
     need = lambda b, s: sum(host_bytes(model, max(1, b // csx), s, replicas, slots).values())  # noqa: E731
 
     def fits(budget: int) -> str:

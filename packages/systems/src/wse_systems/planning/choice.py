@@ -79,6 +79,16 @@ class ModelChoice:
     optimizer_slots: int = 2
     clip_gradients: bool = False
 
+    def plan_settings(self) -> dict[str, Any]:
+        """What every step a plan prices runs of this choice (`micro_batch.plan_step`'s
+        memory plan and layout): the file's stride and chunks, its optimizer's state and
+        clipping, as `wse train` runs them."""
+        from wse_systems.training.placement import StepLayout
+
+        return {"stride": self.activation_stride, "chunks": self.weight_chunks,
+                "optimizer_slots": self.optimizer_slots,
+                "layout": StepLayout(clip_gradients=self.clip_gradients)}  # fmt: skip
+
     def file_notes(self, priced: str) -> list[str]:
         """A params file's memory plan and wafer as a plan on wafer `priced` prices them
         (hunt 71: both were dropped); [] for no params file. A spec file's wafer is named

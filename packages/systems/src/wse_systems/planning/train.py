@@ -36,7 +36,7 @@ from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems.planning.choice import ModelChoice, PlanError, check_context
 from wse_systems.planning.train_step import default_batch, wafer_train_step
-from wse_systems.training.placement import PRECISION_WORDS, StepLayout
+from wse_systems.training.placement import PRECISION_WORDS
 from wse_systems.transformer import DecoderShape, num_params
 
 __all__ = ["PlanError", "ModelChoice", "SideResult", "Plan", "wafer_train_step", "default_batch",
@@ -340,12 +340,8 @@ def plan_train(
     per_system = batch_per_system or _split(choice, n)
     micro = micro_batch or choice.micro_batch or "auto"  # unset: auto, as `wse train` runs
     with recording() as w_reads:  # per_system None: the smallest batch that keeps it fed
-        step_s, per_system, scale = wafer_train_step(
-            cfg, spec, num_csx=n, batch=per_system, seq_len=seq, micro_batch=micro,
-            stride=choice.activation_stride, chunks=choice.weight_chunks,
-            optimizer_slots=choice.optimizer_slots,
-            layout=StepLayout(clip_gradients=choice.clip_gradients),
-        )  # fmt: skip
+        step_s, per_system, scale = wafer_train_step(cfg, spec, num_csx=n, batch=per_system,
+            seq_len=seq, micro_batch=micro, **choice.plan_settings())  # fmt: skip
     global_batch = n * per_system
     steps = math.ceil(tokens / (global_batch * seq))
     w_side = _wafer_train_side(spec, n, step_s, steps, global_batch, seq, rates, scale)
@@ -371,10 +367,9 @@ def plan_train(
         "batches: --batch and batch_per_system are per system; params.yaml's batch_size is "
         "global (split over num_csx); each system runs micro-batches of micro_batch "
         "(micro_batch_size: auto = the largest the SRAM ledger fits, wse train's when unset, "
-        "a stated rule where ModelZoo's auto looks for a reasonable size and may choose "
-        "another; explore = the fastest predicted divisor; each micro-batch's activation "
-        "stride, unless the params file sets one, the fastest of those that fit: "
-        "wse_systems.training.stride) and MemoryX accumulates their gradients; "
+        "a stated rule where ModelZoo's auto seeks a reasonable size; explore = the fastest "
+        "predicted divisor; the activation stride, unless the file sets one, the fastest that "
+        "fits: wse_systems.training.stride) and MemoryX accumulates their gradients; "
         "with no batch given, the smallest whose streams add <= 1% of the step, unless a power "
         "of two within a factor 2 of it runs > 1% more tokens/s (then the fastest of those: "
         "default_batch)",

@@ -90,7 +90,7 @@ def predict_eval(
             f"an eval pass needs batches >= 1 and a micro-batch dividing the per-system batch, "
             f"got {batches} batches, micro-batch {micro_batch} of {batch_per_system}"
         )
-    plan, placement, precision = layout.plan, layout.placement, layout.precision  # eval: no update
+    plan, placement, precision, _ = layout  # an eval pass updates nothing: no clipping
     if plan is None:
         plan = memory_plan(model, spec, micro_batch, seq_len)
     work = StepWorkload(micro_batch=micro_batch, seq_len=seq_len)

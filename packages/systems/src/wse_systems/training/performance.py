@@ -90,7 +90,7 @@ from wse_systems.training.placement import (
 )
 from wse_systems.training.plan import memory_plan
 from wse_systems.training.stream_cost import PARTS, Streams, wafer_update
-from wse_systems.training.update import clips, held_update, update_assumption, update_streams
+from wse_systems.training.update import held_update, update_assumption, update_streams
 
 __all__ = [
     "PRECISIONS",
@@ -265,7 +265,7 @@ def predict_step(
     `micro_batch` (default: the whole per-system batch at once), placed as `layout` says
     (`StepLayout`: its `plan` by default `memory_plan(model, spec, micro_batch, seq_len)`,
     the plan `wse train` builds for one micro-batch, streamed, in the model's precision;
-    a `clip_gradients` True where the run clips the global gradient norm: `update.clips`),
+    a `clip_gradients` True where the run clips the global gradient norm: `update`),
     skipping what `sparsity` lets it. `extra`: tokens_per_s (all systems), stall_fraction
     (the share of the step the streams add), step_bound (`step_bound`), micro_batch,
     micro_batches, batch_per_system, global_batch, placement, precision, stride."""
@@ -276,8 +276,7 @@ def predict_step(
         raise WseError(
             f"micro-batch {micro} does not divide the per-system batch of {batch_per_system}"
         )
-    plan, placement, precision = layout.plan, layout.placement, layout.precision
-    clipped = clips(layout)
+    plan, placement, precision, clipped = layout
     if plan is None:
         plan = memory_plan(model, spec, micro, seq_len)
     mlp_zero_fraction = sparsity.mlp_zero_fraction

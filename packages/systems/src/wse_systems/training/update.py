@@ -1,9 +1,9 @@
 """MemoryX's update in a predicted step: per group as its gradient arrives, or held for
 global-norm clipping, as `wse_trainer.memoryx.MemoryX` runs it.
 
-Contract. `clips(layout)` is whether the step clips the global gradient norm (a run's
-`optimizer.max_gradient_norm` set; the layout's `clip_gradients`, False where the layout has
-none). `update_streams(pl, on, accumulate, clipped)` are the step's `Streams`:
+Contract. A step clips the global gradient norm where its layout says so
+(`StepLayout.clip_gradients`: a run's `optimizer.max_gradient_norm` set).
+`update_streams(pl, on, accumulate, clipped)` are the step's `Streams`:
 
 - **per group** (no clipping): `stream_cost.Streams` itself; each group's update keeps pace
   with its gradient's stream, overlapped with the backward (the last group's exposed);
@@ -22,20 +22,13 @@ none). `update_streams(pl, on, accumulate, clipped)` are the step's `Streams`:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from wse_core import Phase, Phases, Work, serial
 
 from wse_systems.training.placement import StepPlacement
 from wse_systems.training.stream_cost import Streams
 
-__all__ = ["clips", "HeldStreams", "update_streams", "held_update", "update_assumption"]
-
-
-def clips(layout: Any) -> bool:
-    """Whether the step clips the global gradient norm: `layout.clip_gradients` (a
-    `StepLayout` field a run sets from `optimizer.max_gradient_norm`), False without one."""
-    return bool(getattr(layout, "clip_gradients", False))
+__all__ = ["HeldStreams", "update_streams", "held_update", "update_assumption"]
 
 
 @dataclasses.dataclass(frozen=True)
