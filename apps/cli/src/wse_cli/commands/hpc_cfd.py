@@ -6,7 +6,9 @@ the vertical is Y in 2D, Z in 3D). Prints the Nusselt number (rayleigh-benard) a
 energy as it goes (a rich progress bar on a terminal, nothing in between otherwise), writes
 `<out>/step_<n>.npz` (arrays u v w p, and T for rayleigh-benard) and `.vtk` every
 `--output-every` steps and at the end, `--restart` continues from the newest of them (and
-says which: "restarted from step N (FILE)"; a folder with none is refused), `--png` the
+says which: "restarted from step N (FILE)"; a folder with none is refused, and so is a step
+written with another --ra, --pr, --re or --time-scheme, or, --dt left out, at a step other
+than this run's default; a --dt given that differs is said on that line), `--png` the
 temperature (cavity: the speed), `--trace` the per-PE trace for `wse view`, then the
 measured emulation time beside the predicted wafer time (`run_cfd(...).report`), and a
 warning line when pressure solves stopped at their iteration cap unconverged (the solver,
@@ -137,7 +139,12 @@ def cfd(
     except (KeyboardInterrupt, interrupts.Stopped) as e:
         _stopped(e, out, start + steps)
     if (x := run.report.extra)["restarted_from"] is not None:  # as `wse train`'s "resumed from"
-        _line(console, f"restarted from step {x['restarted_from_step']} ({x['restarted_from']})")
+        old, dt = x["restarted_from_dt"], f"{x['dt']:.6g}"  # an explicit --dt may change it
+        changed = (
+            f"; dt {old:.6g} there, {dt} now" if old is not None and f"{old:.6g}" != dt else ""
+        )
+        _line(console, f"restarted from step {x['restarted_from_step']} ({x['restarted_from']})"
+                       f"{changed}")  # fmt: skip
     if png is not None:
         from wse_hpc.fields.plots import plot_temperature
 

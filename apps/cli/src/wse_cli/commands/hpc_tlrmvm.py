@@ -3,12 +3,15 @@
 `compress` turns a dense operator (a synthetic seismic Green's-function slice, or a `.npy`
 matrix) into a TLR operator file (`.npz`) and prints the ranks, compression ratio and the
 achieved error. `run` places an operator file on a wafer preset, runs the MVM on the
-emulator, checks it against the plain NumPy TLR-MVM (and the dense operator when the file is
-small enough to rebuild it), times it against dense NumPy GEMV, and prints the wafer model's
-predicted time per product (one MVM, or one product of `--batch` vectors and its share per
-vector) next to the measured emulator time (`TlrEngine.report`, a `wse_core.RunReport`)
-with the swept constants that move it, and the bandwidth of 48 CS-2-sized systems filled
-with copies of the operator, in Cerebras's matvec accounting and in the model's own figure.
+emulator, checks it against the plain NumPy TLR-MVM of the same tiles (its one check: the
+file holds no dense matrix, so the error against A is compress's achieved figure, printed as
+that), times a dense NumPy GEMV of A_tlr rebuilt from the tiles beside it when that fits 1
+GiB (a timing, no check), and prints the wafer model's predicted time per product (one MVM,
+or one product of `--batch` vectors and its share per vector) next to the measured emulator
+time (`TlrEngine.report`, a `wse_core.RunReport`) with the swept constants that move it,
+and the bandwidth of 48 systems of the chosen wafer (--preset / --spec), each filled with as
+many copies of the operator as fit it, in Cerebras's matvec accounting and in the model's
+own figure.
 """
 
 from __future__ import annotations

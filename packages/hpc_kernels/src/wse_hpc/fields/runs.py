@@ -4,15 +4,17 @@
 "cavity") for `steps` steps on the emulated wafer. Every `output_every` steps (and at the
 end) it writes `step_<n>.npz` (arrays `u`, `v`, `w`, `p`, `T` of shape (nx, ny, nz): the
 MAC face velocities as stored, `w` zeros in 2D; `T` the full temperature, none for the
-cavity, which solves no temperature (`_stored`); plus `step`, `time`, `lengths`, `case`) and
-`step_<n>.vtk` (legacy VTK structured points, ParaView opens it: the velocity averaged to cell
-centres, the faces wrapping on the periodic axes, p and T) into `out_dir`. With `restart=True` it
-continues from the newest `step_<n>.npz` there (of the same case and domain; FieldError when
-there is none), and the report's `restarted_from_step` / `restarted_from` say which; the
-fields are read as fp32 whatever their stored dtype, and a rayleigh-benard step's T is the
-full temperature (one without `case` is refused: its T could be either), written in float64
-so that theta comes back bit for bit (`convection.theta_from`; hunt 72: a restart of 20 + 20
-steps differed from 40 by 1.2e-7 in T; now equal, as the cavity's).
+cavity, which solves no temperature (`_stored`); plus `step`, `time`, `lengths`, `case` and
+the physics, `run_physics`: ra and pr or re, time_scheme, dt) and `step_<n>.vtk` (legacy
+VTK structured points, ParaView opens it: the velocity averaged to cell centres, the faces
+wrapping on the periodic axes, p and T) into `out_dir`. With `restart=True` it continues
+from the newest `step_<n>.npz` there (of the same case, domain and physics: FieldError
+otherwise, or when there is none), and the report's `restarted_from_step` /
+`restarted_from` say which; the fields are read as fp32 whatever their stored dtype, and
+a rayleigh-benard step's T is the full temperature (one without `case` is refused: its T
+could be either), written in float64 so that theta comes back bit for bit
+(`convection.theta_from`; hunt 72: a restart of 20 + 20 steps differed from 40 by 1.2e-7
+in T; now equal, as the cavity's).
 `on_progress(step, nusselt, kinetic_energy)` is called after each chunk. `CfdRun.report` is
 the `wse_core.RunReport` of the whole run: each step priced from its program
 (`wse_hpc.fields.perf`) with the measured mean CG iterations, times the steps run (0 s for
@@ -47,6 +49,7 @@ from wse_hpc.fields.convection import (
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
 from wse_hpc.fields.perf import WORD_BYTES, assumptions, traced_step
+from wse_hpc.fields.run_physics import check_restart, physics, recorded_dt, stored
 from wse_hpc.fields.vtk import write_vtk
 from wse_hpc.stencil.config import INT32_MAX
 
@@ -165,10 +168,13 @@ def _check_courant(path: Path, data: dict[str, np.ndarray], grid, dt: float, cho
             )
 
 
-def _load(state: FlowState, path: Path, grid, case: str, dt: float, chosen: str):
-    """(state, step, time) of the step file `path`, checked (`_read_step`, `_check_courant`)."""
+def _load(state: FlowState, path: Path, grid, cfg: CfdConfig, now: dict):
+    """(state, step, time, its run's dt or None) of the step file `path`, checked
+    (`_read_step`, the physics `now` of `run_physics`, `_check_courant`)."""
+    case, dt = cfg.case, now["dt"]
     data = _read_step(path, grid, case)
-    _check_courant(path, data, grid, dt, chosen)
+    check_restart(path, data, now, dt_given=cfg.dt is not None)
+    _check_courant(path, data, grid, dt, "--dt" if cfg.dt is not None else "the default step")
 
     def field(like, values):  # fp32 as the run's carry (hunt 67: an int64 p was a traceback)
         return like.like(grid.wafer.place(jnp.asarray(values, jnp.float32)))
@@ -176,7 +182,7 @@ def _load(state: FlowState, path: Path, grid, case: str, dt: float, chosen: str)
     vel = tuple(field(v, data[n]) for v, n in zip(state.velocity, "uvw", strict=False))
     T = _theta(path, data, grid, case)
     st = state._replace(velocity=vel, p=field(state.p, data["p"]), T=field(state.T, T))
-    return st, int(data["step"]), float(data["time"])
+    return st, int(data["step"]), float(data["time"]), recorded_dt(path, data)
 
 
 def _theta(path: Path, data: dict[str, np.ndarray], grid, case: str) -> np.ndarray:
@@ -218,7 +224,7 @@ def _stored(cfg: CfdConfig, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarr
     return arrays
 
 
-def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float) -> list[Path]:
+def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float, now: dict) -> list[Path]:
     assert cfg.out_dir is not None
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     arrays = _stored(cfg, _arrays(cfg, grid, s))
@@ -228,7 +234,7 @@ def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float) -> list[Path
 
     with atomic_path(npz) as tmp:  # a killed run leaves no half step file for --restart
         np.savez(tmp, step=step, time=t, lengths=np.asarray(_lengths(grid)),
-                 case=np.asarray(cfg.case), **arrays, **extra)  # fmt: skip
+                 case=np.asarray(cfg.case), **arrays, **extra, **stored(now))  # fmt: skip
     vtk = npz.with_suffix(".vtk")
     write_vtk(vtk, arrays, grid.spacing, periodic=grid.periodic)
     return [npz, vtk]
@@ -292,10 +298,10 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
     last = _restart_file(cfg.out_dir) if cfg.restart else None
     grid, flow, fns, state, kappa = _build(cfg)
     check_dt(cfg, flow.dt)
-    step0, t0 = 0, 0.0
+    step0, t0, old_dt, now = 0, 0.0, None, physics(cfg, flow.dt)
     chosen = "--dt" if cfg.dt is not None else "the default step"
     if last is not None:
-        state, step0, t0 = _load(state, last, grid, cfg.case, flow.dt, chosen)
+        state, step0, t0, old_dt = _load(state, last, grid, cfg, now)
     chunk = cfg.output_every or max(1, min(cfg.steps, 100))
 
     @jax.jit
@@ -329,12 +335,12 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
         if on_progress:
             on_progress(step, float(nu), float(ke))
         if cfg.out_dir is not None and (cfg.output_every and done % cfg.output_every == 0):
-            written += _write(cfg, grid, state, step, t)
+            written += _write(cfg, grid, state, step, t, now)
     wall = time.perf_counter() - start
     if cfg.out_dir is not None and (
         not written or history and written[-2].stem != f"step_{step0 + done:07d}"
     ):
-        written += _write(cfg, grid, state, step0 + done, t0 + done * flow.dt)
+        written += _write(cfg, grid, state, step0 + done, t0 + done * flow.dt, now)
     mean_its = total_its / max(done, 1)
     step_phases, step_traffic = traced_step(
         grid, fns.step_fn, state, repeats={"cg_iteration": mean_its}
@@ -353,7 +359,8 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
         # hunt 67: the halo and detour lines, as swe has them
         assumptions={**assumptions(grid), **(STEP_FILES if files else {})},
         extra=lambda t: {
-               "case": cfg.case, "grid": list(cfg.grid), "steps": done, "dt": flow.dt,
+               "case": cfg.case, "grid": list(cfg.grid), "lengths": list(_lengths(grid)),
+               "steps": done, **now,
                # one step's price (a node's seconds are per repeat of its parent), also
                # with no step run, when the run's own is 0 s
                "predicted_s_per_step": t.leaf(step_phases.name).seconds,
@@ -365,6 +372,7 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
                "cg_tolerance": flow.cg_tol, "cg_worst_residual": worst if short else None,
                "restarted_from_step": step0 if last else None,
                "restarted_from": str(last) if last else None,
+               "restarted_from_dt": old_dt,  # the step file's run's dt (None: unrecorded)
                # the cavity is isothermal (T = 0): no Nusselt number (hunt 68: it said 1)
                "nusselt": history[-1][2] if history and cfg.case != "cavity" else None,
                "kinetic_energy": history[-1][3] if history else None},

@@ -90,9 +90,10 @@ HISTORY_ITERATIONS = 100_000
 class BicgstabResult(NamedTuple):
     x: jax.Array  # fp32 solution field
     iterations: jax.Array  # int32
-    residual: jax.Array  # fp32, final ||r|| / ||r_0||
+    residual: jax.Array  # fp32, final ||r|| / ||r_0|| (0 when r_0 = 0: b = 0)
     history: jax.Array  # fp32 (min(maxiter, HISTORY_ITERATIONS) + 1,), NaN past the end
     breakdown: jax.Array  # bool: rho or omega became zero / non-finite
+    converged: jax.Array  # bool: the recurrence residual met tol (the truth: `refine`)
 
 
 class Krylov(NamedTuple):
@@ -223,11 +224,13 @@ def _start(
     b32 = b.astype(jnp.float32) * scale
     bs = lo(b32)
     x = jnp.zeros_like(b32) if x0 is None else x0 * jnp.asarray(sigma, jnp.float32)
+    if x0 is not None:  # b = 0: x = 0 whatever x0, as SciPy (hunt 75)
+        x = jnp.where(fused_dot(sv.grid, [(b32, b32)])[0] > 0, x, 0.0)
     r = lo(b32 - spmv(x)) if x0 is not None else bs
     del b32  # only the working-precision b stays alive (memory at the SC20 size)
     rho0, rr0 = fused_dot(sv.grid, [(r, r), (r, r)])
     r0norm = jnp.sqrt(rr0)
-    hist = history_buffer(maxiter).at[0].set(1.0)
+    hist = history_buffer(maxiter).at[0].set(jnp.where(r0norm > 0, 1.0, 0.0))
     one = jnp.float32(1.0)
     k = Krylov(x, r, r, jnp.zeros_like(r), jnp.zeros_like(r), one, one, one)
     st = _State(k, rho0, jnp.int32(0), hist, jnp.bool_(False), jnp.bool_(True), rr0)
@@ -318,8 +321,9 @@ def bicgstab(
 
     `sigma` is the scaling of the module docstring (a traced scalar; `scale_for` gives it).
     Stops when the recurrence residual ||r|| / ||r_0|| <= tol (or the traced `rtol`), after
-    `maxiter` (or the traced `limit`) iterations, or at a breakdown. The recurrence residual
-    is not the true one: `refine` is what stops on the truth.
+    `maxiter` (or the traced `limit`) iterations, or at a breakdown; `converged` says the
+    first. The recurrence residual is not the true one: `refine` is what stops on the truth.
+    For b = 0 it returns x = 0 (whatever x0, as SciPy), residual 0, converged.
     """
     dtype, op = solver_setup(grid, precision, tol, maxiter)
     lo = lambda s: s.astype(dtype)
@@ -339,7 +343,9 @@ def bicgstab(
         iterate = functools.partial(_iterate, sv, bs, r0norm)
         st, _ = lax.while_loop(lambda c: cond(c[0]), iterate, (st, rho0))
         x_out = st.k.x / jnp.asarray(sigma, jnp.float32)
-        res = jnp.sqrt(st.rr) / r0norm
-        return BicgstabResult(x_out, st.it, res, st.history, st.breakdown)
+        # b = 0 (r_0 = 0): x = 0 is exact, residual 0 (hunt 75: 0 / 0 said NaN)
+        res = jnp.where(r0norm > 0, jnp.sqrt(st.rr) / jnp.where(r0norm > 0, r0norm, 1.0), 0.0)
+        met = jnp.sqrt(st.rr) <= stop_at
+        return BicgstabResult(x_out, st.it, res, st.history, st.breakdown, met)
 
     return solve_fn

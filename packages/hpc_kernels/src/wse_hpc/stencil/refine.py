@@ -290,13 +290,17 @@ def refine(
     `FieldGrid`). Raises StencilError for a bad tolerance, cap, precision or boundary."""
     dtype, op = solver_setup(grid, precision, tol, maxiter, operator)
     lo = lambda a: a.astype(dtype)
-    target = tol - CERTIFY_FLOOR  # <= 0: not certifiable, refine until it stalls
+    certify = tol - CERTIFY_FLOOR  # <= 0: not certifiable, refine until it stalls
     bound_per_r = op.inv_d / op.lambda_min
     every = UPDATE_EVERY[precision]
     delta = DELTA[precision]
-    rf = _Refiner(grid, op.scaled, lo, op.apply, op.inv_d, target, delta, bound_per_r, pair, every)
 
-    def solve_fn(b: jax.Array) -> SolveResult:
+    def solve_fn(b: jax.Array, target: jax.Array | float | None = None) -> SolveResult:
+        # `target`: a traced certificate in place of tol - CERTIFY_FLOOR, relative to ||b||
+        # (hunt 75: a fields x0's correction needs tol ||b_0|| / ||b_0 - A x0||)
+        target = certify if target is None else target
+        rf = _Refiner(grid, op.scaled, lo, op.apply, op.inv_d, target, delta, bound_per_r,
+                      pair, every)  # fmt: skip
         bnorm = jnp.sqrt(fused_dot(grid, [(b, b)])[0])
         c = _first(rf, b, bnorm, maxiter)
 
