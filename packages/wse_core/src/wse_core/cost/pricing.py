@@ -52,6 +52,7 @@ from wse_core.cost.mechanisms import CORE_MECHANISMS, LATENCY_MECHANISMS
 from wse_core.cost.reads import note_work, reading
 from wse_core.cost.work import LINK_DIRECTIONS, Op, Work, require_count
 from wse_core.errors import WseError
+from wse_core.hw.frozen_mapping import FrozenMapping
 from wse_core.hw.spec import WaferSpec
 
 if TYPE_CHECKING:
@@ -109,9 +110,6 @@ class Cost:
     def latency_cycles(self) -> float:
         return self._sum(LATENCY_MECHANISMS)
 
-    def _streams(self) -> dict[str, tuple[str, ...]]:
-        return {"compute": CORE_MECHANISMS, "sram": ("sram",), "fabric": ("link",)}
-
     @property
     def streaming_cycles(self) -> float:
         parts = (self.compute_cycles, self.sram_cycles, self.fabric_cycles)
@@ -129,7 +127,7 @@ class Cost:
         """Cycles by mechanism that set this phase's time (they sum to seconds * clock): of
         the overlapped streams only the slowest counts."""
         keep: list[str] = [*LATENCY_MECHANISMS, "host_io"]
-        streams = self._streams()
+        streams = {"compute": CORE_MECHANISMS, "sram": ("sram",), "fabric": ("link",)}
         if self.overlap:
             slow = max(streams, key=lambda r: self._sum(streams[r]))
             keep += streams[slow]
@@ -366,7 +364,7 @@ class Pricing:
         cycles, link = self.mechanisms(work)
         s = self.spec
         return Cost(
-            mechanisms=cycles,
+            mechanisms=FrozenMapping(cycles),  # hashed by value: a Timing may be a jit static
             host_io_s=cycles["host_io"] / s.clock_hz,
             clock_hz=s.clock_hz,
             busiest_link=link,

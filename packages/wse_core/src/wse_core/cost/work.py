@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from wse_core.errors import WseError, shown, shown_int
 from wse_core.hw.dtypes import DTYPE_BYTES, DTYPES, dtype_name
+from wse_core.hw.frozen_mapping import FrozenMapping
 from wse_core.hw.simd import OP_KINDS
 
 if TYPE_CHECKING:
@@ -224,6 +225,8 @@ class Work:
             require_count(f"Work {f}", getattr(self, f))
         for d, words in self.links.items():
             require_count(f"Work links[{d!r}]", words)
+        # hunt 75: a frozen Work (and the Phases and RunReport holding it) hashes by value
+        object.__setattr__(self, "links", FrozenMapping(self.links))
 
     @classmethod
     def from_traffic(cls, traffic: Traffic, **kwargs: object) -> Work:

@@ -76,7 +76,9 @@ def _examples(x) -> int:
     example's shape while every example moves (hunt 74: a vmap over 3 fields recorded
     one). JAX has no public way to ask, so this reads its batching tracer (`val`,
     `batch_dim`), each vmap level in turn, through a JVP's primal (vmap of grad); a JAX
-    without them gives 1."""
+    without them gives 1. JAX traces a cond's branches and a loop's body before it batches
+    them, so there x is one example's: `fabric.count` runs them on the batched values
+    (`counting`, hunt 75); a trace outside it records one example there."""
     n = 1
     while True:
         if isinstance(x, _BatchTracer):

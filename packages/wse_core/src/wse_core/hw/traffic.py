@@ -23,19 +23,29 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping
 
+from wse_core.hw.frozen_mapping import FrozenMapping
+
 __all__ = ["Traffic", "TrafficLedger"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Traffic:
+    """One fabric op's counts, or a sum of them (the module docstring's fields); frozen and
+    hashed by value (`links` kept as a `FrozenMapping`: hunt 75, a `RunReport` holding one
+    could not be a `jax.jit` static argument)."""
+
     op: str = "total"
     words: float = 0.0
     word_hops: float = 0.0
     max_words_per_pe: float = 0.0
     latency_hops: float = 0.0
     count: int = 0  # number of fabric ops
-    links: Mapping[str, float] = dataclasses.field(default_factory=dict)  # words per direction
+    links: Mapping[str, float] = dataclasses.field(default_factory=FrozenMapping)  # per direction
     relay_stages: float = 0.0  # dependent relays through a core (wse_core.cost.perf: 2 T_R + 1)
+
+    def __post_init__(self) -> None:
+        if type(self.links) is not FrozenMapping:
+            object.__setattr__(self, "links", FrozenMapping(self.links))
 
     def __add__(self, other: Traffic) -> Traffic:
         links = dict(self.links)
