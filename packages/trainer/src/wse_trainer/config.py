@@ -113,7 +113,7 @@ class RunConfig:
     seed: int = 0
     num_csx: int = 1
     wafer: str = "small"  # wse_core preset of each replica (SRAM ledger for activations)
-    activation_stride: int = 0  # 0: as the SRAM ledger allows; k: keep every k-th layer input
+    activation_stride: int = 0  # 0: the fastest predicted stride that fits; k: every k-th input
     # 0: whole layers when they fit, else column chunks as the SRAM ledger allows; k: stream
     # every weight matrix in k column chunks (weight streaming below the layer)
     weight_chunks: int = 0

@@ -158,9 +158,15 @@ def check_config(
             f"runconfig.num_csx must be at most {limit('systems'):,} systems, got "
             f"{run.num_csx:,}; {lift('systems')}"
         )
-    for name in ("activation_stride", "weight_chunks"):
+    zero = {  # what 0 asks for (hunt 75: the stride is the fastest that fits since hunt 74)
+        "activation_stride": "the fastest predicted stride that fits",
+        "weight_chunks": "whole layers when they fit, else column chunks as the SRAM ledger allows",
+    }
+    for name, meaning in zero.items():
         if getattr(run, name) < 0:
-            raise ConfigError(f"runconfig.{name} must be >= 0 (0: as the SRAM ledger allows)")
+            raise ConfigError(
+                f"runconfig.{name} must be >= 0 (0: {meaning}), got {getattr(run, name)}"
+            )
     if run.cpu_shards < 0:
         raise ConfigError(
             f"runconfig.cpu_shards must be 0 (choose) or positive, got {run.cpu_shards}"

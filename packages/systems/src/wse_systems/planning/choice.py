@@ -60,7 +60,8 @@ class ModelChoice:
     """The model and, from a params file, its per-system batch (`batch_size` / `num_csx`),
     sequence, systems, micro-batch setting (`micro_batch_size`, None when unset), global
     batch (`batch_size`, split over whatever system count is planned), memory plan
-    (`runconfig.activation_stride`, `weight_chunks`: 0 as the SRAM ledger allows) and wafer
+    (`runconfig.activation_stride`, 0: the fastest predicted stride that fits;
+    `weight_chunks`, 0: whole layers when they fit, else as the SRAM ledger allows) and wafer
     (`runconfig.wafer`, a preset or a spec file; None: not a params file)."""
 
     name: str
@@ -104,7 +105,8 @@ class ModelChoice:
         )
         return [
             f"memory plan: the params file's runconfig.activation_stride "
-            f"{self.activation_stride} and weight_chunks {self.weight_chunks} (0: as the SRAM "
-            "ledger allows), as wse train runs them",
+            f"{self.activation_stride} (0: the fastest predicted stride that fits) and "
+            f"weight_chunks {self.weight_chunks} (0: whole layers when they fit, else column "
+            "chunks as the SRAM ledger allows), as wse train runs them",
             f"wafer: {priced}, {where}",
         ]

@@ -5,8 +5,9 @@
   current and the prefetched layer), one layer's gradient and one layer's working set: it
   keeps every layer's input when they fit, otherwise the inputs of every `stride`-th layer,
   recomputing the others segment by segment in the backward pass (at most ceil(L / stride) +
-  stride - 1 layer inputs held at once: `inputs_held`); `stride=0` takes the smallest that
-  fits (a run keeps the fastest of them: `wse_systems.training.stride`). When even that
+  stride - 1 layer inputs held at once: `inputs_held`; a stride past L is refused:
+  `check_stride`); `stride=0` takes the smallest that fits (a run keeps the fastest of
+  them: `wse_systems.training.stride`). When even that
   leaves no room for a whole layer, the layer streams below itself
   (`wse_systems.training.chunks`): its matrices in column chunks whose three buffers
   (current, prefetched, gradient) replace the layer's; the activations come first (the
@@ -19,7 +20,8 @@
   model resident in wafer SRAM and for weight streaming (wafer: two layers or two chunks,
   MemoryX: fp32 masters and optimizer state, fp32 whatever param_dtype, as
   `wse_trainer.memoryx` holds them: `MASTER_BYTES`);
-  `check_memoryx(plan)` refuses a model whose MemoryX state exceeds the spec's capacity.
+  `check_memoryx(plan)` refuses a model whose MemoryX state exceeds the spec's capacity,
+  noting the capacity as read (`wse_core.cost.reads`), so `--assume` may set it.
 - `host_bytes(...)` is what the emulator holds in host memory for a run on one process
   (MemoryX, and every local replica's streamed layers and activations: CPU devices are host
   memory); `wse train` refuses a run whose total exceeds the host (`wse_core.host.memory`).
@@ -32,6 +34,7 @@ import math
 from typing import Any
 
 from wse_core import SramBudgetError, SramLedger, WaferSpec, WseError
+from wse_core.cost.reads import read
 from wse_core.hw.spec import dtype_bytes
 
 from wse_systems.training.chunks import WeightChunks, forced, layer_shapes, whole, within
@@ -42,6 +45,7 @@ __all__ = [
     "plan_activations",
     "memory_plan",
     "check_memoryx",
+    "check_stride",
     "layer_counts",
     "slots_of",
     "inputs_held",
@@ -183,12 +187,26 @@ def _auto_chunks(model: Any, spec: WaferSpec, mb: int, seq: int, stride: int) ->
     return within(model, params, why)
 
 
+def check_stride(model: Any, stride: int) -> None:
+    """Refuse an activation stride past the layer count (hunt 75: 100 on 32 layers was
+    planned as "kept every 100 layer(s)", which keeps what stride 32 keeps, layer 0's)."""
+    n_layers = int(model.n_layers)
+    if stride > n_layers:
+        raise WseError(
+            f"runconfig.activation_stride {stride} is more than the model's {n_layers} layers: "
+            f"give 1 to {n_layers} (keep every k-th layer's input) or 0 (the fastest predicted "
+            "stride that fits)"
+        )
+
+
 def plan_activations(
     model: Any, spec: WaferSpec, micro_batch: int, seq_len: int, stride: int = 0, chunks: int = 0
 ) -> ActivationPlan:
-    """Keep or recompute layer inputs within one replica's SRAM (`stride` 0: choose) and
-    stream each layer whole when it fits, else in column chunks (`chunks` k > 0: force every
-    matrix into k chunks; 0: as the ledger allows, `WeightChunks.reason` says why)."""
+    """Keep or recompute layer inputs within one replica's SRAM (`stride` 0: choose; past
+    the layer count: refused, `check_stride`) and stream each layer whole when it fits, else
+    in column chunks (`chunks` k > 0: force every matrix into k chunks; 0: as the ledger
+    allows, `WeightChunks.reason` says why)."""
+    check_stride(model, stride)
     if chunks > 0:
         ck = forced(model, chunks, f"forced: every matrix in {chunks} column chunks "
                     "(runconfig.weight_chunks)")  # fmt: skip
@@ -230,13 +248,18 @@ class MemoryPlan:
 
 
 def check_memoryx(plan: MemoryPlan) -> None:
-    """Refuse a model whose MemoryX state exceeds the spec's MemoryX capacity."""
+    """Refuse a model whose MemoryX state exceeds the spec's MemoryX capacity. The capacity
+    is noted as read (`wse_core.cost.reads.read`; it moves no figure, so it is listed only
+    where `--assume` changed it): hunt 75, `--assume memoryx_capacity_bytes` of a model
+    that fits was refused as a constant `wse plan train` does not read."""
+    if math.isfinite(plan.memoryx_capacity_bytes):
+        read("memoryx_capacity_bytes", plan.memoryx_capacity_bytes, moves=False)
     if plan.memoryx_bytes > plan.memoryx_capacity_bytes:
         raise WseError(
             f"the model does not fit in MemoryX: its fp32 masters and optimizer state take "
             f"{plan.memoryx_bytes / 1e12:,.4g} TB but MemoryX holds "
-            f"{plan.memoryx_capacity_bytes / 1e12:,.4g} TB (the wafer spec's "
-            "memoryx_capacity_bytes); shrink the model or plan a larger MemoryX"
+            f"{plan.memoryx_capacity_bytes / 1e12:,.4g} TB (memoryx_capacity_bytes, the wafer "
+            "spec's or the one assumed); shrink the model or plan a larger MemoryX"
         )
 
 
@@ -272,6 +295,7 @@ def memory_plan(
         {"item": k, "where": "wafer if resident", "bytes": v, "bytes_per_pe": -(-v // spec.num_pes)}
         for k, v in items
     ]
+    check_stride(model, stride)  # refused, not reported as a plan that does not place
     error = None
     try:
         if streaming is None:

@@ -16,7 +16,12 @@ predictor imports `plan`, so `plan` cannot ask it.
 
 Hunt 74: the plan kept the smallest stride that fits. Llama 3 8B with 48 x 8,192 tokens at
 once held 13 layer inputs at stride 3 and left the products so little SRAM that the step took
-33.4 s (`dsd_issue`-bound); stride 4 holds 11 and takes 8.92 s.
+33.5 s (`dsd_issue`-bound); stride 4 holds 11 and takes 9.02 s (the shipped llama3_8b.yaml:
+4 x wse3, AdamW clipping the global norm, `wse plan train -m llama3_8b --batch 48
+--micro-batch none`; the llama3-8b preset, one system and no clipping: 33.4 s and 8.92 s).
+The times listed after "why:" are each stride's step of one micro-batch on one system with
+MemoryX updating each group as its gradient arrives, which ranks them; the run's own step
+(its systems, micro-batches and a clipped update held to the step's end) is priced apart.
 
 Answers are kept (`wse_systems.serving.memo.Memo`: by value of the model, the spec and the
 arguments, and the assumptions and calibration in force): a planner asks the same
@@ -110,10 +115,12 @@ def _fastest(model, spec, micro_batch, seq_len, chunks, optimizer_slots) -> Acti
         return least
     best = min(timed, key=lambda k: (timed[k], k))
     tried = ", ".join(f"{k}: {s:.4g} s" for k, s in timed.items())
-    why = (f"stride {best}: the fastest predicted step of the strides that fit ({tried}; one "
-           f"micro-batch of {micro_batch} on one system; a stride not tried holds at least as "
-           "many layer inputs as a smaller one and recomputes more layers); "
-           "runconfig.activation_stride sets one")  # fmt: skip
+    why = (f"stride {best}: the fastest predicted step of the strides that fit ({tried}; each "
+           f"a step of one micro-batch of {micro_batch} on one system with MemoryX updating "
+           "each group as its gradient arrives, not the run's step, which adds its other "
+           "micro-batches and systems and, where it clips, the update held to the step's end; "
+           "a stride not tried holds at least as many layer inputs as a smaller one and "
+           "recomputes more layers); runconfig.activation_stride sets one")  # fmt: skip
     p = placed[best]
     ck = dataclasses.replace(p.chunks, reason=f"{p.chunks.reason}; {why}") if p.chunks else None
     return dataclasses.replace(p, chunks=ck, stride_reason=why)
