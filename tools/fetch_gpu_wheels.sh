@@ -54,7 +54,8 @@ except m.PackageNotFoundError: pass" "$name")
     fetch "$name" && echo "$name (newest for Python 3.12)"
   fi
 done
-for v in "${GRPC_TOOLS[@]}"; do
+for v in "${GRPC_TOOLS[@]}"; do  # grpcio-health-checking pins grpcio as grpcio-tools does
   fetch "grpcio-tools==$v" && echo "grpcio-tools==$v"
+  fetch "grpcio-health-checking==$v" && echo "grpcio-health-checking==$v"
 done
 du -sh "$DEST"

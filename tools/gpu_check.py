@@ -64,13 +64,15 @@ CPU_SELECTION = [
     "packages/inference/tests/test_infer_pipeline.py",
     "tests/test_bicgstab_reach.py",
 ]
+# carried at several versions, the newest whose grpcio and protobuf the image meets installed
+PAIRED = ("grpcio-tools", "grpcio-health-checking")
 # top-level modules the project imports that come from third-party distributions
 MODULES = [
     "jax", "numpy", "scipy", "yaml", "matplotlib", "threadpoolctl", "typer", "rich", "flax",
     "optax", "orbax.checkpoint", "safetensors", "tokenizers", "datasets", "tensorboardX",
-    "grpc", "grpc_tools", "google.protobuf", "fastapi", "starlette", "jinja2", "uvicorn",
-    "httpx", "openai", "prometheus_client", "psutil", "numba", "pytest", "pytest_timeout",
-    "hypothesis", "ase", "pandas", "torch", "transformers", "jax_md",
+    "grpc", "grpc_tools", "grpc_health", "google.protobuf", "fastapi", "starlette", "jinja2",
+    "uvicorn", "httpx", "openai", "prometheus_client", "psutil", "numba", "pytest",
+    "pytest_timeout", "hypothesis", "ase", "pandas", "torch", "transformers", "jax_md",
 ]  # fmt: skip
 
 
@@ -81,7 +83,8 @@ def _src_path() -> str:
 
 
 def install(wheels: Path) -> dict:
-    """The carried wheels the image lacks into SITE; grpcio-tools the newest that fits."""
+    """The carried wheels the image lacks into SITE; grpcio-tools and grpcio-health-checking
+    each the newest that fits the image's grpcio and protobuf."""
     import importlib.metadata as md
 
     from packaging.requirements import Requirement
@@ -93,40 +96,42 @@ def install(wheels: Path) -> dict:
         except md.PackageNotFoundError:
             return None
 
-    chosen, skipped, tools = [], {}, []
+    chosen: list[Path] = []
+    skipped: dict[str, str] = {}
+    versioned: dict[str, list] = {n: [] for n in PAIRED}  # each paired with the image's grpcio
     for w in sorted(wheels.glob("*.whl")):
         name, version, _, _ = parse_wheel_filename(w.name)
-        if name == "grpcio-tools":
-            tools.append((version, w))
+        if name in versioned:
+            versioned[name].append((version, w))
         elif have(name):
             skipped[str(name)] = f"image has {have(name)}"
         else:
             chosen.append(w)
-    for version, w in sorted(tools, reverse=True):
-        with zipfile.ZipFile(w) as z:  # the image has no `unzip`
-            meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA")))
-        meta = meta.decode()
-        reqs = [
-            Requirement(x.split(":", 1)[1])
-            for x in meta.splitlines()
-            if x.startswith("Requires-Dist:")
-        ]
-        fits = all(
-            have(r.name) is not None and r.specifier.contains(have(r.name), prereleases=True)
-            for r in reqs
-            if canonicalize_name(r.name) in ("grpcio", "protobuf")
-        )
-        if fits and not have("grpcio-tools"):
-            chosen.append(w)
-            break
-        skipped[f"grpcio-tools {version}"] = (
-            "image has it"
-            if have("grpcio-tools")
-            else (
-                f"needs {[str(r) for r in reqs]}; image: grpcio {have('grpcio')}, "
-                f"protobuf {have('protobuf')}"
+    for family, tools in versioned.items():
+        for version, w in sorted(tools, reverse=True):
+            with zipfile.ZipFile(w) as z:  # the image has no `unzip`
+                meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA")))
+            reqs = [
+                Requirement(x.split(":", 1)[1])
+                for x in meta.decode().splitlines()
+                if x.startswith("Requires-Dist:")
+            ]
+            fits = all(
+                have(r.name) is not None and r.specifier.contains(have(r.name), prereleases=True)
+                for r in reqs
+                if canonicalize_name(r.name) in ("grpcio", "protobuf")
             )
-        )
+            if fits and not have(family):
+                chosen.append(w)
+                break
+            skipped[f"{family} {version}"] = (
+                "image has it"
+                if have(family)
+                else (
+                    f"needs {[str(r) for r in reqs]}; image: grpcio {have('grpcio')}, "
+                    f"protobuf {have('protobuf')}"
+                )
+            )
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
            "--no-compile", "--no-cache-dir", "--target", str(SITE), *map(str, chosen)]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True) if chosen else None

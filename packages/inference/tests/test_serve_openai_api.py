@@ -56,7 +56,7 @@ def test_defaults_follow_vllm_and_openai():
         model_names=["m"],
         max_context=100,
     )
-    assert p.sampling.max_tokens == 96  # the rest of the context
+    assert p.sampling.max_tokens == 16  # vLLM's CompletionRequest and OpenAI's (hunt 75)
     assert (p.sampling.temperature, p.sampling.top_p, p.stream, p.include_usage) == (
         1.0,
         1.0,

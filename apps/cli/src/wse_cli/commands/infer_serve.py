@@ -25,11 +25,16 @@ from pathlib import Path
 import typer
 from wse_systems.transformer import MAX_SIZES
 
+from wse_cli.commands.infer_serve_engine import (  # noqa: F401 (tests use them from here)
+    MOCK,
+    _mock_engine,
+    _real_engine,
+    _speculation_for,
+)
 from wse_cli.errors import UserInputError, fail
 from wse_cli.options import PORT, number
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
 
-MOCK = "mock"
 SERVE_HELP = (
     "Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM.\n\n"
     "Routes: POST /v1/completions and /v1/chat/completions (SSE with stream=true), GET "
@@ -151,7 +156,7 @@ def _cors_list(option: str, what: str, example: str):
 
 def _check_ports(host: str, port: int, grpc_port: int | None) -> None:
     """Refuse ports that are the same or already taken, before any engine is loaded."""
-    import socket
+    from wse_inference.serve.addresses import listening_socket
 
     if grpc_port is not None and grpc_port == port and port != 0:
         fail(f"--port and --grpc-port are both {port}; give two different ports")
@@ -159,93 +164,10 @@ def _check_ports(host: str, port: int, grpc_port: int | None) -> None:
         if not p:  # None (off) or 0 (the system picks a free one)
             continue
         try:
-            with socket.create_server((host, p)):
+            with listening_socket(host, p):  # IPv6 hosts too (hunt 75)
                 pass
         except OSError as e:
             fail(f"{name} {p} on {host} cannot be bound: {e.strerror or e}")
-
-
-def _speculation_for(spec, model_dir: str) -> None:
-    """Refuse the --speculative-config keys the engine would not read (hunt 65: a draft
-    `model` of the mock, even a missing folder, was never looked at)."""
-    if spec is None:
-        return
-    if model_dir == MOCK and spec.model is not None:
-        fail(
-            "--speculative-config's model applies to a real model; the mock engine drafts by "
-            "itself (give num_speculative_tokens / mock_accepted_tokens only)"
-        )
-    if model_dir != MOCK:
-        spec.check_real_model()
-
-
-def _mock_engine(spec, max_slots: int, max_context: int, step_delay_ms: float):
-    """The mock engine; `spec` (a SpeculativeConfig or None) sets its drafted and accepted
-    tokens per round."""
-    from wse_inference.mock import MockEngine
-
-    return MockEngine(
-        max_slots=max_slots,
-        max_context=max_context,
-        spec_tokens=spec.num_speculative_tokens if spec else 0,
-        spec_accepted=spec.accepted_tokens if spec else 0,
-        step_delay_s=step_delay_ms / 1e3,
-    )
-
-
-def _real_engine(model_dir: str, spec, max_slots: int, wafer):
-    import importlib.util
-
-    if not Path(model_dir).is_dir():
-        fail(f"--model-dir {model_dir!r} is not a folder (give a model folder, or 'mock')")
-    if importlib.util.find_spec("wse_inference.load") is None:
-        fail(
-            "this install has no model loader (wse_inference.load.load_engine) yet; "
-            "serve the mock engine with --model-dir mock"
-        )
-    from wse_inference.host_memory import check_host_memory
-    from wse_inference.model_dir import read_config, read_weights
-
-    if spec is not None:
-        spec.draft_dir()  # a real model's speculation needs a draft: say so before loading
-    # NumPy, no JAX: a deep config.json, a NaN weight or a damaged file, the target's or the
-    # draft's, is refused in about a second
-    weights = read_weights(model_dir)
-    draft_weights = read_weights(spec.draft_dir()) if spec is not None else None
-    cfg = read_config(model_dir)  # imports JAX (wse_models)
-    # the pipeline holds one slot per stage, at most one stage per layer: `load.pipeline_stages`,
-    # not imported here (it imports the engine: 4 s before the inputs are checked)
-    rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))
-    check_host_memory(
-        cfg,
-        rows=rows,
-        max_context=cfg.max_seq_len,
-        what=f"serving {rows} slots ({rows} KV-cache rows) of context {cfg.max_seq_len}",
-        # the target's weights, read above, are part of what it needs: not counted twice (the
-        # draft's, also read, are not part of it and stay out of what is available)
-        held_bytes=sum(a.nbytes for a in weights.values()),
-    )
-    from wse_inference.load import load_engine, slot_cap_line  # JAX: once inputs are checked
-    from wse_models import sdpa_cpu
-
-    sdpa_cpu.compile_early(cfg.hd, "float32", backward=False)  # load_model's dtype; meanwhile
-    engine = load_engine(
-        model_dir,
-        spec=wafer,
-        speculative_config=spec,
-        max_slots=max_slots,
-        weights=weights,
-        draft_weights=draft_weights,
-    )
-    if spec is None and (line := slot_cap_line(max_slots, cfg.n_layers)):
-        typer.echo(line)  # hunt 68: 256 asked of a 32-layer model served 32, silently
-    if spec is not None and engine.max_context < cfg.max_seq_len:  # hunt 70: silently the draft's
-        typer.echo(
-            f"serving a context of {engine.max_context:,} tokens, the draft's (its config's "
-            f"max_seq_len); the target's is {cfg.max_seq_len:,}: a draft of that context serves "
-            "it whole"
-        )
-    return engine
 
 
 def serve(
@@ -267,6 +189,15 @@ def serve(
         ge=1,
         limit="serve_slots",
         help="Decode slots (sequences in flight).",
+    ),
+    max_model_len: int = number(
+        None,
+        "--max-model-len",
+        kind=int,
+        ge=2,
+        le=MAX_SIZES["max_seq_len"],
+        help="Context served, prompt and output, in tokens (vLLM's); the KV cache reserved for "
+        "it. Default: the model's (the mock's --mock-max-context).",
     ),
     max_queued: int = number(
         64,
@@ -338,9 +269,10 @@ def serve(
     if not model_dir.strip():  # hunt 61: '' was read as '.', the current folder
         fail(f"--model-dir is empty ({model_dir!r}); give a model folder (or {MOCK!r})")
     if model_dir == MOCK:
-        engine = _mock_engine(spec, max_num_seqs, mock_max_context, mock_step_delay_ms)
+        context = mock_max_context if max_model_len is None else max_model_len
+        engine = _mock_engine(spec, max_num_seqs, context, mock_step_delay_ms)
     else:
-        engine = _real_engine(model_dir, spec, max_num_seqs, wafer)
+        engine = _real_engine(model_dir, spec, max_num_seqs, wafer, max_model_len)
     _check_chat_template(engine, template, chat_template, chat_template_content_format)
     # the front end (FastAPI, uvicorn, gRPC) is imported once every input has been checked
     from wse_inference.serve.app import ServeConfig

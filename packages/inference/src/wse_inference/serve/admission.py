@@ -121,8 +121,15 @@ class ModelNotFoundError(InvalidRequestError):
 class RequestTooLargeError(InvalidRequestError):
     """A body beyond `RequestLimits.max_body_bytes` (HTTP 413)."""
 
-    def __init__(self, size_bytes: int | None, limit_bytes: int) -> None:
-        size = "more than that" if size_bytes is None else f"{size_bytes:,} bytes"
+    def __init__(self, size_bytes: int | None, limit_bytes: int, *, at_least: bool = False) -> None:
+        # a chunked body's whole size is not known (hunt 75: the running total where the limit
+        # was crossed, or the chunks' sizes so far, were stated as the body's size)
+        size = (
+            f"{size_bytes:,} bytes"
+            if size_bytes is not None
+            else f"more than {limit_bytes:,} bytes"
+        )
+        size = f"at least {size_bytes:,} bytes (its chunk sizes so far)" if at_least else size
         super().__init__(
             f"The request body is {size}; this server takes at most {limit_bytes:,} bytes.",
             code="request_too_large",

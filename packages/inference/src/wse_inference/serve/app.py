@@ -15,7 +15,9 @@ The HTTP routes (OpenAI's /v1/completions, /v1/chat/completions and /v1/models, 
 (tests, demos) and `.close()` drains and stops it; `serve(engine, config)` runs in the
 foreground until SIGTERM or SIGINT, then drains: no new connections, requests in flight run
 to completion for up to `drain_s`, what is left ends with an error event, and the process
-exits 0. Every port may be 0 (a free port); `.http_url` / `.grpc_target` give the bound ones.
+exits 0; a second signal ends what is left at once (uvicorn's second Ctrl-C). The handlers
+only count signals; the drain runs outside them. The host may be IPv6 (`addresses`). Every
+port may be 0 (a free port); `.http_url` / `.grpc_target` give the bound ones.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import contextlib
 import dataclasses
 import math
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ import uvicorn
 from wse_core.errors import WseError
 
 from wse_inference.engine import Engine, SamplingParams
+from wse_inference.serve.addresses import listening_socket, netloc
 from wse_inference.serve.admission import RequestLimits
 from wse_inference.serve.cors import CorsConfig
 from wse_inference.serve.http_protocol import protocol_for
@@ -72,15 +74,29 @@ def _freeze_startup_objects() -> None:
 
 
 class _DrainingUvicorn(uvicorn.Server):
-    """uvicorn that starts the scheduler's drain as soon as a signal arrives."""
+    """uvicorn whose signal handler only counts (`on_signal`: plain assignments, no lock, no
+    thread started; hunt 75: a second SIGTERM while the first one's handler was inside the
+    drain waited on the drain's lock, on the same thread, forever). A second signal forces
+    the exit, as uvicorn's second Ctrl-C does. The drain itself starts on the event loop:
+    the first tick after the signal (`on_tick`, within 0.1 s), before uvicorn's shutdown."""
 
-    def __init__(self, config: uvicorn.Config, on_signal: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[int], None],
+                 begin_drain: Callable[[], None]) -> None:  # fmt: skip
         super().__init__(config)
         self._on_signal = on_signal
+        self._begin_drain = begin_drain
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        self._on_signal()
-        super().handle_exit(sig, frame)
+        # not uvicorn's: it keeps the signal to raise again after its shutdown, which `run`'s
+        # handler would count as a second one
+        self._on_signal(sig)
+        self.should_exit = True
+
+    async def on_tick(self, counter: int) -> bool:
+        should_exit = await super().on_tick(counter)
+        if should_exit:
+            self._begin_drain()  # not in a signal handler: it may take locks and threads
+        return should_exit
 
 
 class Server:
@@ -90,7 +106,7 @@ class Server:
         self.engine = engine
         self.config = config
         self.model_names = config.model_names or (engine.model_name,)
-        self.metrics = ServeMetrics()
+        self.metrics = ServeMetrics(self.model_names[0])  # vLLM's model_name label
         self.scheduler = Scheduler(
             engine, max_queued=config.max_queued, observer=self.metrics, limits=config.limits
         )
@@ -104,21 +120,22 @@ class Server:
             limits=config.limits,
             cors=config.cors,
         )
-        self._sock = socket.create_server((config.host, config.port), backlog=2048)
-        self.http_url = f"http://{config.host}:{self._sock.getsockname()[1]}"
+        self._sock = listening_socket(config.host, config.port)  # IPv6 too (hunt 75)
+        self.http_url = f"http://{netloc(config.host, self._sock.getsockname()[1])}"
         self.grpc_server: Any = None
         self.grpc_target: str | None = None
         if config.grpc_port is not None:
             from wse_inference.serve.grpc_server import build_grpc_server
 
-            self.grpc_server, port = build_grpc_server(
+            self.grpc_server, port, self._grpc_health = build_grpc_server(
                 self.scheduler,
                 host=config.host,
                 port=config.grpc_port,
                 model_names=self.model_names,
                 limits=config.limits,
+                metrics=self.metrics,
             )
-            self.grpc_target = f"{config.host}:{port}"
+            self.grpc_target = netloc(config.host, port)
         self._uvicorn = _DrainingUvicorn(
             uvicorn.Config(
                 self.app,
@@ -130,8 +147,12 @@ class Server:
                 ws="none",
                 timeout_graceful_shutdown=math.ceil(config.drain_s + 2),
             ),
+            self._note_signal,
             self.begin_drain,
         )
+        # SIGTERM / SIGINT seen, one entry each: list.append is one step for a handler that
+        # interrupts another (`+= 1` could lose a count), and takes no lock
+        self._signals: list[int] = []
         self._thread: threading.Thread | None = None
         self._drain_lock = threading.Lock()
         self._grpc_stopped: threading.Event | None = None
@@ -142,29 +163,56 @@ class Server:
         if self.grpc_server is not None:
             self.grpc_server.start()
 
+    def _note_signal(self, sig: int = 0, *_: Any) -> None:
+        """The SIGTERM / SIGINT handler's work: count; a second one forces the exit. Plain
+        assignments only: a handler runs between two bytecodes of the main thread, which
+        may hold any lock (hunt 75)."""
+        self._signals.append(sig)
+        self._uvicorn.should_exit = True  # also when it arrives as uvicorn is starting
+        if len(self._signals) > 1:
+            self._uvicorn.force_exit = True
+
     def begin_drain(self) -> None:
-        """Refuse new work; requests in flight get `drain_s` to finish (idempotent)."""
+        """Refuse new work; requests in flight get `drain_s` to finish (idempotent). Never
+        called from a signal handler (see `_note_signal`)."""
         with self._drain_lock:
             if self._grpc_stopped is not None:
                 return
             self.scheduler.drain(self.config.drain_s)
             self._drain_deadline = time.monotonic() + self.config.drain_s
             if self.grpc_server is not None:
+                self._grpc_health.enter_graceful_shutdown()  # grpc.health.v1: NOT_SERVING
                 # a second past the scheduler's deadline, so an aborted stream is told why
                 self._grpc_stopped = self.grpc_server.stop(self.config.drain_s + 1)
             else:
                 self._grpc_stopped = threading.Event()
                 self._grpc_stopped.set()
 
+    def _force_drain(self) -> None:
+        """A second signal: what is still running ends now, as uvicorn's second Ctrl-C."""
+        self._drain_deadline = time.monotonic()
+        self.scheduler.drain(0.0)
+        if self.grpc_server is not None:
+            self._grpc_stopped = self.grpc_server.stop(0)
+
     def _finish(self) -> None:
         self.begin_drain()
         # HTTP is done (uvicorn waited for its connections); gRPC streams may still run:
-        # they get the rest of `drain_s`, as HTTP's did, before what is left is aborted.
+        # they get the rest of `drain_s`, as HTTP's did, before what is left is aborted. A
+        # second signal meanwhile ends them now.
+        forced = False
         while not self.scheduler.idle and time.monotonic() < self._drain_deadline:
+            if len(self._signals) > 1 and not forced:
+                self._force_drain()
+                forced = True
             time.sleep(0.02)
         self.scheduler.stop(timeout_s=self.config.drain_s + 5)
         assert self._grpc_stopped is not None
-        self._grpc_stopped.wait(self.config.drain_s + 5)
+        deadline = time.monotonic() + self.config.drain_s + 5
+        while not self._grpc_stopped.wait(0.05) and time.monotonic() < deadline:
+            if len(self._signals) > 1 and not forced:
+                self._force_drain()
+                forced = True
         with contextlib.suppress(OSError):
             self._sock.close()
 
@@ -233,11 +281,10 @@ class Server:
 
         The engine is warmed up (compiled) first when `config.warmup`; then `on_ready()`.
         """
-        # Our handler covers the warm-up; uvicorn's takes over while it runs and re-raises the
-        # signal after its shutdown, which ours then absorbs so the exit code stays 0.
-        signalled = threading.Event()
+        # Our handler covers the warm-up and the drain; uvicorn's (which counts with it) while
+        # uvicorn runs. Either way the exit code stays 0.
         signals = (signal.SIGTERM, signal.SIGINT)
-        previous = {sig: signal.signal(sig, lambda *_: signalled.set()) for sig in signals}
+        previous = {sig: signal.signal(sig, self._note_signal) for sig in signals}
         try:
             self._start_engine_and_grpc()
             if self.config.warmup:
@@ -245,7 +292,7 @@ class Server:
             _freeze_startup_objects()
             if on_ready is not None:
                 on_ready()
-            if not signalled.is_set():
+            if not self._signals:
                 self._uvicorn.run(sockets=[self._sock])
         finally:
             self._finish()

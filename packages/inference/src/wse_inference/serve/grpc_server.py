@@ -1,7 +1,10 @@
-"""gRPC serving: server-streaming `Generate` and `HealthCheck` (proto/generation.proto).
+"""gRPC serving: server-streaming `Generate` and `HealthCheck` (proto/generation.proto), and
+the standard grpc.health.v1.Health service (Check and Watch, `grpcio-health-checking`):
+SERVING for "" and for wse.inference.v1.Generation, NOT_SERVING once the server drains.
 
 `build_grpc_server(scheduler, host=..., port=..., model_names=...)` returns an unstarted
-`grpc.Server` and its bound port (port 0 picks a free one). Each `Generate` call submits to the
+`grpc.Server`, its bound port (port 0 picks a free one; an IPv6 host is bracketed) and its
+health service. Each `Generate` call submits to the
 shared `Scheduler` and streams one response per engine step with output; the last carries
 finish_reason, usage and time_info. Requests are checked by the same validator as HTTP's
 (`wse_inference.serve.admission`: `check_sampling`, then `encode_prompt`, before anything is
@@ -14,10 +17,13 @@ message beyond `RequestLimits.max_body_bytes` is gRPC's RESOURCE_EXHAUSTED (its
 RESOURCE_EXHAUSTED when the admission queue is full, UNAVAILABLE while draining, INTERNAL
 when the engine fails, and an "abort" finish told as UNAVAILABLE at shutdown. A cancelled call
 (client cancel, deadline, disconnect) cancels its request, so its slot and KV cache are freed
-within one engine step.
+within one engine step. Refusals are counted in /metrics' wse_request_rejected_total by
+reason, as HTTP's; the final response carries vLLM's stop_reason (`stop_string` or
+`stop_token_id`; neither for the model's EOS).
 
-The thread pool has a worker for every slot and queue place plus spare ones, so admission is
-decided by the scheduler's bounded queue, never by gRPC's own queueing.
+The thread pool has a worker for every slot and queue place plus spare ones and no limit of
+concurrent calls is set, so admission is decided by the scheduler's bounded queue (its
+RESOURCE_EXHAUSTED with retry-after), never by gRPC's own.
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from typing import Any
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from wse_inference.engine import SamplingParams
 from wse_inference.generation_config import server_defaults
+from wse_inference.serve.addresses import netloc
 from wse_inference.serve.admission import (
     InvalidRequestError,
     ModelNotFoundError,
@@ -41,6 +49,7 @@ from wse_inference.serve.admission import (
     ShuttingDownError,
     check_sampling,
 )
+from wse_inference.serve.metrics import ServeMetrics
 from wse_inference.serve.prompt_ids import text_prompt
 from wse_inference.serve.proto import load_stubs
 from wse_inference.serve.request import StreamEvent
@@ -49,6 +58,7 @@ from wse_inference.serve.scheduler import Scheduler
 __all__ = ["build_grpc_server", "sampling_from_request"]
 
 pb2, pb2_grpc = load_stubs()
+_SPARE_WORKERS = 16  # past slots + queue places: refusals and health checks
 _ERROR_CODES = {"invalid": grpc.StatusCode.INVALID_ARGUMENT, "abort": grpc.StatusCode.UNAVAILABLE}
 
 
@@ -56,9 +66,10 @@ def sampling_from_request(
     req: Any, *, prompt_len: int, max_context: int, defaults: Mapping[str, Any] | None = None
 ) -> SamplingParams:
     """SamplingParams from a GenerateRequest; unset fields take `defaults` (the model's
-    generation_config.json's: `generation_config.server_defaults`; top_k 0 is unset, -1 off),
-    else the OpenAI defaults; max_tokens at most the rest of the context (hunt 69: gRPC
-    read none of the file's defaults, as HTTP did not before it)."""
+    generation_config.json's: `generation_config.server_defaults`), else the OpenAI defaults;
+    top_k 0 and -1 are off, as vLLM's and HTTP's (hunt 75: 0 took the file's top_k); max_tokens
+    at most the rest of the context (hunt 69: gRPC read none of the file's defaults, as HTTP
+    did not before it)."""
     d = defaults or {}
     rest = max(1, max_context - prompt_len)
     max_tokens = (
@@ -68,11 +79,12 @@ def sampling_from_request(
     def given(field: str, default: float) -> Any:
         return getattr(req, field) if req.HasField(field) else d.get(field, default)
 
+    top_k = given("top_k", 0)
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=given("temperature", 1.0),
         top_p=given("top_p", 1.0),
-        top_k={0: d.get("top_k", 0), -1: 0}.get(req.top_k, req.top_k),  # -1: off, as vLLM's
+        top_k=0 if top_k == -1 else top_k,  # -1: off, as vLLM's
         seed=req.seed if req.HasField("seed") else None,
         stop=tuple(req.stop),  # empty ones too: check_sampling counts and refuses them
         stop_token_ids=tuple(req.stop_token_ids),
@@ -167,18 +179,28 @@ def _misread_field(request: Any) -> str | None:
     return None
 
 
-def _refuse_undecodable(request: Any, context: grpc.ServicerContext) -> None:
+def _undecodable(request: Any) -> str | None:
+    """Why `request` is not its method's message (None when it is)."""
     if isinstance(request, _Undecodable):
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+        return request.message
     why = _misread_field(request)
-    if why is not None:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, _NOT_THE_MESSAGE + why)
+    return None if why is None else _NOT_THE_MESSAGE + why
+
+
+def _refuse_undecodable(request: Any, context: grpc.ServicerContext) -> None:
+    if (why := _undecodable(request)) is not None:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
 
 
 class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
     def __init__(
-        self, scheduler: Scheduler, model_names: Sequence[str], limits: RequestLimits
+        self,
+        scheduler: Scheduler,
+        model_names: Sequence[str],
+        limits: RequestLimits,
+        metrics: ServeMetrics | None = None,
     ) -> None:
+        self.metrics = metrics  # refusals counted by reason, as HTTP's (hunt 75)
         self.scheduler = scheduler
         self.model_names = tuple(model_names)
         self.limits = limits
@@ -206,14 +228,23 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
                                                  defaults=self.defaults)  # fmt: skip
             return self.scheduler.submit(prompt_ids=ids, sampling=sampling, sink=sink)
         except InvalidRequestError as e:
+            self._reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except QueueFullError as e:
+            self._reject("queue_full")
             context.set_trailing_metadata((("retry-after", str(e.retry_after_s)),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except ShuttingDownError as e:
+            self._reject("shutting_down")
             context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
 
+    def _reject(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.reject(reason)
+
     def Generate(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+        if _undecodable(request) is not None:
+            self._reject("invalid")
         _refuse_undecodable(request, context)
         events: queue.Queue[StreamEvent] = queue.Queue()
         handle = self._submit(request, events.put, context)
@@ -251,6 +282,10 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
             completion_tokens=ev.completion_tokens,
             total_tokens=ev.prompt_tokens + ev.completion_tokens,
         )
+        # vLLM's stop_reason, as HTTP's (hunt 75: gRPC had none); neither for the model's EOS
+        why = ev.stop_reason
+        stop = {"stop_string": why} if isinstance(why, str) else {}
+        stop = {"stop_token_id": why} if isinstance(why, int) else stop
         return pb2.GenerateResponse(
             text=ev.text,
             token_ids=list(ev.token_ids),
@@ -258,6 +293,7 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
             usage=usage,
             time_info=pb2.TimeInfo(**handle.timing.time_info()),
             logprobs=lps,
+            **stop,
         )
 
     def HealthCheck(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
@@ -302,20 +338,30 @@ def build_grpc_server(
     port: int,
     model_names: Sequence[str],
     limits: RequestLimits = RequestLimits(),
-) -> tuple[grpc.Server, int]:
-    """An unstarted gRPC server bound to host:port, and the port it got."""
-    workers = scheduler.engine.max_slots + scheduler.max_queued + 8
+    metrics: ServeMetrics | None = None,
+) -> tuple[grpc.Server, int, health.HealthServicer]:
+    """An unstarted gRPC server bound to host:port, the port it got, and its standard
+    grpc.health.v1 service (`enter_graceful_shutdown()` when draining).
+
+    No `maximum_concurrent_rpcs` (hunt 75: a burst was refused with gRPC's own "Concurrent
+    RPC limit exceeded!", no retry-after, health checks too): every call reaches a worker, and
+    the pool has one for every slot and queue place plus spare ones, so a refusal is the
+    scheduler's and a health check never waits behind streams (Watch holds no worker)."""
+    workers = scheduler.engine.max_slots + scheduler.max_queued + _SPARE_WORKERS
     pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wse-grpc")
-    server = grpc.server(
-        pool,
-        maximum_concurrent_rpcs=workers,
-        options=[("grpc.max_receive_message_length", limits.max_body_bytes)],
+    server = grpc.server(pool, options=[("grpc.max_receive_message_length", limits.max_body_bytes)])
+    server.add_generic_rpc_handlers(
+        (_handlers(_Generation(scheduler, model_names, limits, metrics)),)
     )
-    server.add_generic_rpc_handlers((_handlers(_Generation(scheduler, model_names, limits)),))
+    checks = health.HealthServicer(experimental_non_blocking=True)
+    for service in ("", pb2.DESCRIPTOR.services_by_name["Generation"].full_name):
+        checks.set(service, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)
+    address = netloc(host, port)  # an IPv6 host in brackets
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        bound = server.add_insecure_port(address)
     except RuntimeError:  # grpcio >= 1.60 raises "Failed to bind" where it returned 0
         bound = 0
     if bound == 0:
-        raise OSError(f"cannot bind gRPC to {host}:{port}")
-    return server, bound
+        raise OSError(f"cannot bind gRPC to {address}")
+    return server, bound, checks

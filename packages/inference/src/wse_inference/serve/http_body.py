@@ -135,7 +135,7 @@ async def _read_bytes(request: Request, limits: RequestLimits, budget: _BodyBudg
             except StopAsyncIteration:
                 break
             if (promised := request.scope.get(DECLARED_BODY_BYTES, 0)) > limit:
-                raise RequestTooLargeError(promised, limit)  # a chunk's size line said so
+                raise RequestTooLargeError(promised, limit, at_least=True)  # its size lines
             if size + len(chunk) > limit:
                 raise RequestTooLargeError(None, limit)
             budget.take(len(chunk))

@@ -1,8 +1,8 @@
 """Prometheus metrics of a served model (vLLM's names, with the `wse_` prefix).
 
-`ServeMetrics()` is a `SchedulerObserver`: the scheduler's engine thread calls it on the first
-token, on later tokens and on finish. It owns its own `CollectorRegistry` (several servers may
-live in one process, e.g. in tests); `render()` gives the text format for GET /metrics.
+`ServeMetrics(model_name)` is a `SchedulerObserver`: the scheduler's engine thread calls it on
+the first token, on later tokens and on finish. It owns its own `CollectorRegistry` (several
+servers may live in one process, e.g. in tests); `render()` gives the text format for GET /metrics.
 
 - histograms: `wse_time_to_first_token_seconds` (arrival to first token, queue included),
   `wse_inter_token_latency_seconds` (one observation per token: the gap between engine steps
@@ -18,12 +18,16 @@ live in one process, e.g. in tests); `render()` gives the text format for GET /m
   zeros in each layer's MLP hidden activation over the prompts served, when the engine
   reports `mlp_zero_fraction_layer_<i>`: ReLU-like models), and every other engine counter
   from `engine.metrics()` as `wse_engine_<name>`.
+
+Every series carries the label `model_name` (the served model's name), as vLLM labels each
+of its metrics (hunt 75).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -73,24 +77,26 @@ def _acceptance_rate(m: dict[str, float]) -> float | None:
 
 
 class _StatsCollector(Collector):
-    def __init__(self, stats_fn: Callable[[], SchedulerStats]) -> None:
+    def __init__(self, stats_fn: Callable[[], SchedulerStats], model_name: str) -> None:
         self._stats_fn = stats_fn
+        self._model = model_name
+
+    def _gauge(self, name: str, documentation: str, value: float) -> GaugeMetricFamily:
+        g = GaugeMetricFamily(name, documentation, labels=["model_name"])
+        g.add_metric([self._model], value)
+        return g
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s = self._stats_fn()
-        yield GaugeMetricFamily(
-            "wse_num_requests_running", "Requests in a decode slot.", value=s.running
-        )
-        yield GaugeMetricFamily(
-            "wse_num_requests_waiting", "Requests in the admission queue.", value=s.waiting
-        )
-        yield GaugeMetricFamily("wse_num_slots", "Decode slots of the engine.", value=s.max_slots)
+        yield self._gauge("wse_num_requests_running", "Requests in a decode slot.", s.running)
+        yield self._gauge("wse_num_requests_waiting", "Requests in the admission queue.", s.waiting)
+        yield self._gauge("wse_num_slots", "Decode slots of the engine.", s.max_slots)
         rate = _acceptance_rate(s.engine_metrics)
         if rate is not None:
-            yield GaugeMetricFamily(
+            yield self._gauge(
                 "wse_spec_decode_draft_acceptance_rate",
                 "Accepted / drafted speculative tokens.",
-                value=rate,
+                rate,
             )
         m = dict(s.engine_metrics)
         layers = {k: v for k, v in m.items() if _ZERO_LAYER.match(k)}
@@ -98,63 +104,53 @@ class _StatsCollector(Collector):
             g = GaugeMetricFamily(
                 "wse_mlp_zero_fraction",
                 "Exact zeros of the MLP hidden activation per layer (prompts served).",
-                labels=["layer"],
+                labels=["model_name", "layer"],
             )
             for k in sorted(layers, key=lambda k: int(_ZERO_LAYER.match(k)[1])):
-                g.add_metric([_ZERO_LAYER.match(k)[1]], float(m.pop(k)))
+                g.add_metric([self._model, _ZERO_LAYER.match(k)[1]], float(m.pop(k)))
             yield g
-            yield GaugeMetricFamily(
+            yield self._gauge(
                 "wse_mlp_zero_fraction_mean",
                 "Mean over layers of wse_mlp_zero_fraction.",
-                value=float(m.pop("mlp_zero_fraction_mean", sum(layers.values()) / len(layers))),
+                float(m.pop("mlp_zero_fraction_mean", sum(layers.values()) / len(layers))),
             )
         for name, value in sorted(m.items()):
             clean = re.sub(r"[^a-zA-Z0-9_]", "_", name)
-            yield GaugeMetricFamily(
-                f"wse_engine_{clean}", f"Engine counter {name!r}.", value=float(value)
-            )
+            yield self._gauge(f"wse_engine_{clean}", f"Engine counter {name!r}.", float(value))
 
 
 class ServeMetrics:
     """The observer of one scheduler; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str = "") -> None:
+        self.model_name = model_name
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.ttft = Histogram(
-            "wse_time_to_first_token_seconds",
-            "Time to first token.",
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
-        )
-        self.itl = Histogram(
-            "wse_inter_token_latency_seconds",
-            "Time per output token.",
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "wse_e2e_request_latency_seconds",
-            "Arrival to last token.",
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
-        )
-        self.queue = Histogram(
-            "wse_request_queue_time_seconds",
-            "Arrival to prefill.",
-            buckets=_LATENCY_BUCKETS_S,
-            registry=r,
-        )
+        r, label = self.registry, ["model_name"]
+
+        def histogram(name: str, documentation: str) -> Any:
+            h = Histogram(name, documentation, label, buckets=_LATENCY_BUCKETS_S, registry=r)
+            return h.labels(model_name=model_name)
+
+        self.ttft = histogram("wse_time_to_first_token_seconds", "Time to first token.")
+        self.itl = histogram("wse_inter_token_latency_seconds", "Time per output token.")
+        self.e2e = histogram("wse_e2e_request_latency_seconds", "Arrival to last token.")
+        self.queue = histogram("wse_request_queue_time_seconds", "Arrival to prefill.")
         self.success = Counter(
-            "wse_request_success", "Finished requests.", ["finished_reason"], registry=r
+            "wse_request_success", "Finished requests.", [*label, "finished_reason"], registry=r
         )
-        self.prompt_tokens = Counter("wse_prompt_tokens", "Prefilled tokens.", registry=r)
-        self.generation_tokens = Counter("wse_generation_tokens", "Generated tokens.", registry=r)
-        self.rejected = Counter("wse_request_rejected", "Refused requests.", ["reason"], registry=r)
+        self.prompt_tokens = Counter(
+            "wse_prompt_tokens", "Prefilled tokens.", label, registry=r
+        ).labels(model_name=model_name)
+        self.generation_tokens = Counter(
+            "wse_generation_tokens", "Generated tokens.", label, registry=r
+        ).labels(model_name=model_name)
+        self.rejected = Counter(
+            "wse_request_rejected", "Refused requests.", [*label, "reason"], registry=r
+        )
 
     def bind(self, stats_fn: Callable[[], SchedulerStats]) -> ServeMetrics:
         """Read running / waiting / engine counters from `stats_fn` at scrape time."""
-        self.registry.register(_StatsCollector(stats_fn))
+        self.registry.register(_StatsCollector(stats_fn, self.model_name))
         return self
 
     def on_first_token(self, handle: RequestHandle) -> None:
@@ -168,7 +164,7 @@ class ServeMetrics:
 
     def on_finish(self, handle: RequestHandle, reason: str) -> None:
         t = handle.timing
-        self.success.labels(finished_reason=reason).inc()
+        self.success.labels(model_name=self.model_name, finished_reason=reason).inc()
         self.prompt_tokens.inc(len(handle.prompt_ids) if t.prefill_start_s is not None else 0)
         self.generation_tokens.inc(handle.completion_tokens)
         if t.end_s is not None:
@@ -177,7 +173,7 @@ class ServeMetrics:
             self.queue.observe(t.prefill_start_s - t.arrival_s)
 
     def reject(self, reason: str) -> None:
-        self.rejected.labels(reason=reason).inc()
+        self.rejected.labels(model_name=self.model_name, reason=reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -22,7 +22,9 @@ Fields this module does not know are ignored, as vLLM ignores them (metadata, st
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
 parallel_tool_calls, return_tokens_as_token_ids) must be JSON true, false or null: "false"
 would read as true. A missing
-max_tokens means "the rest of the context window" (vLLM's default). A setting the body leaves
+max_tokens means 16 on /v1/completions (vLLM's CompletionRequest default, and OpenAI's) and
+"the rest of the context window" on chat (vLLM's); either within the rest of the context. A
+setting the body leaves
 out (temperature, top_k, top_p, repetition_penalty, max_tokens) is the model's
 generation_config.json default where it sets one (`sampling_defaults`, vLLM's
 --generation-config auto; max_tokens within the rest of the context).
@@ -83,7 +85,11 @@ __all__ = [
     "tokenize_request",
     "detokenize_request",
     "choice_sampling",
+    "COMPLETION_MAX_TOKENS",
 ]
+
+COMPLETION_MAX_TOKENS = 16  # /v1/completions' max_tokens when left out: vLLM's and OpenAI's
+_ANY_LENGTH = 2**62  # /tokenize's prompt: any number of tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,8 +303,10 @@ def parse_request(
         raise invalid(f"The {param} is empty; give at least one token.", param)
     if max_tokens(body) is None:  # vLLM's: the file's default within the rest of the context
         rest = max(1, max_context - len(prompt_ids))
-        sampling = dataclasses.replace(sampling, max_tokens=min(defaults.get("max_tokens", rest),
-                                                                rest))  # fmt: skip
+        cap = min(defaults.get("max_tokens", rest), rest)
+        if kind != "chat":  # hunt 75: generated to the end of the context
+            cap = min(cap, COMPLETION_MAX_TOKENS)
+        sampling = dataclasses.replace(sampling, max_tokens=cap)
     if echo and sampling.logprobs is not None:  # the prompt's tokens are scored too
         sampling = dataclasses.replace(sampling, prompt_logprobs=sampling.logprobs)
     stream = flag(body.get("stream"), "stream")
@@ -339,7 +347,8 @@ def tokenize_request(
     {"messages": [...]} through the chat template (the ids a request would run on; with
     add_generation_prompt false, without the assistant turn's opening). Null fields are
     absent; what chat refuses (tools, a request's chat_template...) is refused here too (hunt
-    65: they were ignored, and add_generation_prompt false gave the chat's count)."""
+    65: they were ignored, and add_generation_prompt false gave the chat's count). A prompt
+    longer than the context is counted too, as vLLM's (no context check)."""
     body = _check_model(body, model_names)
     if flag(body.get("return_token_strs"), "return_token_strs"):  # was answered with null
         raise invalid("return_token_strs is not supported by this server; leave it out.",
@@ -351,14 +360,16 @@ def tokenize_request(
     messages = body.get("messages")
     if messages is not None and body.get("prompt") is not None:  # the prompt was dropped
         raise invalid("Give prompt or messages, not both.", "prompt")
+    # no context check, as vLLM's: the count of a prompt longer than the context too (hunt 75:
+    # refused); the body's size limit bounds what is tokenized
     if messages is not None:
         ids = messages_prompt(body, tokenizer, chat_template=chat_template,
-                              content_format=content_format, max_context=max_context,
+                              content_format=content_format, max_context=None,
                               add_generation_prompt=generation)  # fmt: skip
     else:
         if not isinstance(body.get("prompt"), str):
             raise invalid("Give prompt (a string) or messages (a list of chat messages).", "prompt")
-        ids = completion_prompt(body, tokenizer, max_context)  # hunt 69: add_special_tokens
+        ids = completion_prompt(body, tokenizer, _ANY_LENGTH)  # hunt 69: add_special_tokens
     return {"count": len(ids), "max_model_len": max_context, "tokens": ids, "token_strs": None}
 
 

@@ -120,8 +120,8 @@ def serve_subprocess(
     )
     try:
         line = _announce_line(proc, timeout_s)
-        url = re.search(r"http://[\d.]+:\d+", line)
-        grpc = re.search(r"gRPC ([\d.]+:\d+)", line)
+        url = re.search(r"http://(\[[\da-f:]+\]|[\d.]+):\d+", line)
+        grpc = re.search(r"gRPC ((\[[\da-f:]+\]|[\d.]+):\d+)", line)
         assert url is not None, line
         yield ServedProcess(proc, url.group(0), grpc.group(1) if grpc else None)
     finally:

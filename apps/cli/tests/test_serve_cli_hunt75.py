@@ -1,0 +1,113 @@
+"""Hunt 75, `wse infer serve`: vLLM's --max-model-len, and IPv6 --host."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+import pytest
+import typer
+from wse_cli.app import app
+from wse_cli.testing import invoke
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = typer.main.get_command(app)
+
+
+def _served(*args: str) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-c", "from wse_cli.app import main; main()", "infer", "serve",
+           "--model-dir", "mock", "--port", "0", "--no-warmup", *args]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()
+    found = re.search(r"http://(\[[\da-f:]+\]|[\d.]+):\d+", line)
+    assert found, line + proc.stdout.read() if proc.poll() is not None else line
+    return proc, found.group(0)
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_max_model_len_sets_the_context_served_and_reported():
+    proc, url = _served("--max-model-len", "40")
+    try:
+        models = httpx.get(url + "/v1/models", timeout=10).json()["data"]
+        assert models[0]["max_model_len"] == 40
+        body = {"model": "mock", "prompt": "x" * 39, "max_tokens": 2}  # 41 > 40 tokens
+        r = httpx.post(url + "/v1/completions", json=body, timeout=10)
+        assert r.status_code == 400, r.text
+    finally:
+        assert _stop(proc) == 0
+
+
+def test_max_model_len_past_the_models_context_is_one_line(tiny_model_dir):
+    from wse_inference.model_dir import read_config
+
+    top = read_config(tiny_model_dir).max_seq_len
+    args = ["infer", "serve", "--model-dir", tiny_model_dir, "--port", "0", "--no-warmup"]
+    code, out = invoke(ROOT, [*args, "--max-model-len", top + 1])
+    assert code == 2, out
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and "--max-model-len" in lines[0] and f"at most {top:,}" in lines[0]
+
+
+def test_max_model_len_reaches_the_loader_and_the_memory_check(tiny_model_dir, monkeypatch):
+    import wse_inference.load
+    from wse_cli.commands import infer_serve
+    from wse_models import sdpa_cpu
+
+    got = {}
+    monkeypatch.setattr(sdpa_cpu, "compile_early", lambda *a, **k: None)
+    monkeypatch.setattr(wse_inference.load, "load_engine", lambda *a, **k: got.update(k))
+    infer_serve._real_engine(str(tiny_model_dir), None, 2, None, 64)
+    assert got["max_context"] == 64
+
+
+def test_the_memory_refusal_names_the_options_that_set_slots_and_context(
+    tiny_model_dir, monkeypatch
+):
+    """Room for the weights (429,408 B) but not for them and the KV cache (558,336 B)."""
+    import wse_core.host.memory
+
+    monkeypatch.setattr(wse_core.host.memory, "available_bytes", lambda *a, **k: 500_000)
+    args = ["infer", "serve", "--model-dir", tiny_model_dir, "--port", "0", "--no-warmup"]
+    code, out = invoke(ROOT, args)
+    assert code == 2, out
+    assert "--max-num-seqs" in out and "--max-model-len" in out, out
+    assert len(out.strip().splitlines()) == 1
+    # the context it suggests, given as --max-model-len, passes the check
+    import wse_inference.load
+    from wse_cli.commands import infer_serve
+    from wse_models import sdpa_cpu
+
+    context = int(re.search(r"context (\d+) with", out).group(1))
+    monkeypatch.setattr(sdpa_cpu, "compile_early", lambda *a, **k: None)
+    monkeypatch.setattr(wse_inference.load, "load_engine", lambda *a, **k: k["max_context"])
+    assert infer_serve._real_engine(str(tiny_model_dir), None, 2, None, context) == context
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine cannot bind ::1")
+def test_an_ipv6_host_is_served_with_its_address_bracketed():
+    proc, url = _served("--host", "::1", "--grpc-port", "0")
+    try:
+        assert url.startswith("http://[::1]:")  # RFC 3986
+        assert httpx.get(url + "/health", timeout=10).status_code == 200
+    finally:
+        assert _stop(proc) == 0
