@@ -79,6 +79,10 @@ class LoadedModel:
     eos_token_ids: tuple[int, ...] = ()  # generation stops on these (see `eos_token_ids`)
     # generation_config.json's, where a request leaves a setting out (`generation_config`)
     sampling_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the tokenizer's eos_token (vLLM's model EOS, whose stop_reason is null; the others of
+    # `eos_token_ids` report their id, as vLLM's generation-config stop ids); None: every
+    # one of `eos_token_ids` is taken as the model's EOS
+    eos_token_id: int | None = None
 
 
 def cli_settings(model_dir: str | Path, **given: Any) -> dict[str, Any]:
@@ -205,7 +209,16 @@ def load_model(
     name = config.name or root.resolve().name
     eos = eos_token_ids(folder, tokenizer, config.vocab_size)
     defaults = sampling_defaults(folder)
-    return LoadedModel(name, folder, config, model.params(), tokenizer, eos, defaults)
+    primary = tokenizer_eos_id(tokenizer, config.vocab_size)
+    return LoadedModel(name, folder, config, model.params(), tokenizer, eos, defaults, primary)
+
+
+def tokenizer_eos_id(tokenizer: Any, vocab_size: int) -> int | None:
+    """The id of the tokenizer's eos_token (tokenizer_config.json), vLLM's `eos_token_id`:
+    None without a tokenizer, an eos_token, or one in the vocabulary."""
+    eos = getattr(tokenizer, "template_vars", {}).get("eos_token")
+    i = tokenizer.vocab().get(eos) if eos is not None else None
+    return i if isinstance(i, int) and 0 <= i < vocab_size else None
 
 
 def eos_token_ids(folder: Path, tokenizer: Any, vocab_size: int) -> tuple[int, ...]:
@@ -233,9 +246,7 @@ def eos_token_ids(folder: Path, tokenizer: Any, vocab_size: int) -> tuple[int, .
                 "integer) or a list of them"
             )
         ids += listed
-    eos = getattr(tokenizer, "template_vars", {}).get("eos_token")
-    if eos is not None:
-        ids.append(tokenizer.vocab().get(eos))
+    ids.append(tokenizer_eos_id(tokenizer, vocab_size))
     return tuple(dict.fromkeys(i for i in ids if isinstance(i, int) and 0 <= i < vocab_size))
 
 

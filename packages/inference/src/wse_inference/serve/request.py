@@ -114,13 +114,19 @@ class SchedulerObserver(Protocol):
 
 
 def model_eos_ids(engine: object) -> frozenset[int]:
-    """The model's end-of-sequence ids that `engine` stops on (`sampling.with_eos`'s): the
-    engine's `eos_token_ids`, else its model's (`PipelineEngine.model`, `SpeculativeEngine`'s
-    `target`); none for an engine with neither (`MockEngine`: it has no EOS)."""
+    """The model's EOS, whose vLLM stop_reason is null: the tokenizer's eos_token
+    (`LoadedModel.eos_token_id`, vLLM's `eos_token_id`) of the engine or its model
+    (`PipelineEngine.model`, `SpeculativeEngine`'s `target`). The other end-of-sequence ids
+    it stops on (`sampling.with_eos`'s: generation_config.json's, config.json's) report their
+    id, as vLLM adds them to the request's stop_token_ids (hunt 75: Llama 3.1's <|eom_id|>
+    128008 was null; clients read it as "tool call pending"). Without a tokenizer EOS, every
+    one of `eos_token_ids` is taken as the model's; none for an engine with no EOS ids
+    (`MockEngine`)."""
     for owner in (engine, getattr(engine, "model", None), getattr(engine, "target", None)):
         ids = getattr(owner, "eos_token_ids", None)
         if ids is not None:
-            return frozenset(int(t) for t in ids)
+            primary = getattr(owner, "eos_token_id", None)
+            return frozenset({int(primary)} if primary is not None else map(int, ids))
     return frozenset()
 
 
@@ -128,11 +134,14 @@ def stop_reason(
     matched: int | str | None, sampling: SamplingParams, eos_ids: frozenset[int]
 ) -> int | str | None:
     """vLLM's `stop_reason` of a request that stopped on `matched` (its text stream's stop
-    string or token id): the stop string; a token id of the request's `stop_token_ids`; None
-    for the model's EOS, also when the request lists it in `stop_token_ids`, unless it
-    ignores EOS, as vLLM's `check_stop` tests EOS before the stop ids (hunt 74: that id)."""
+    string or token id): the stop string; a token id of the request's `stop_token_ids` or
+    another of the model's EOS ids; None for the model's EOS (`eos_ids`: `model_eos_ids`),
+    also when the request lists it in `stop_token_ids`, unless it ignores EOS, as vLLM's
+    `check_stop` tests EOS before the stop ids (hunt 74: that id)."""
     if not isinstance(matched, int):
         return matched
-    if matched not in sampling.stop_token_ids:  # the model's EOS alone: null
-        return None
-    return None if matched in eos_ids and not sampling.ignore_eos else matched
+    if matched in eos_ids:  # the model's EOS: null, unless the request ignores EOS
+        return matched if matched in sampling.stop_token_ids and sampling.ignore_eos else None
+    if matched in sampling.stop_token_ids or eos_ids:
+        return matched  # the request's stop id, or another of the model's EOS ids
+    return None  # an engine that names no EOS (`model_eos_ids` empty) stopped on its own
