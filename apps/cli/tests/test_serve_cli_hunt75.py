@@ -111,3 +111,34 @@ def test_an_ipv6_host_is_served_with_its_address_bracketed():
         assert httpx.get(url + "/health", timeout=10).status_code == 200
     finally:
         assert _stop(proc) == 0
+
+
+def test_serve_says_what_its_wafer_predicts_after_its_address(tiny_model_dir):
+    """`--preset` names the wafer the tokens are predicted on; serve now prints that figure
+    (hunt 75: nothing showed it), after its address. Oracle: `wse infer generate --json`'s
+    predicted token for the same folder, wafer and stages, which holds a cache of 1 token
+    where serve's line holds half the context: no faster, and within 5% on this tiny model."""
+    import json
+
+    cmd = [sys.executable, "-c", "from wse_cli.app import main; main()", "infer", "serve",
+           "--model-dir", str(tiny_model_dir), "--port", "0", "--no-warmup",
+           "--preset", "wse2"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first, notes = "", ""
+        while not re.search(r"http://[\d.]+:\d+", first):  # after any notes
+            notes, first = notes + first, proc.stdout.readline()
+            assert first, "the server stopped before its address"
+        second = proc.stdout.readline()
+    finally:
+        _stop(proc)
+    got = re.search(r"predicted on wse2: ([\d,.]+) us a decode token of one user with", second)
+    assert got, second
+    stages = re.search(r"(\d+) pipeline stages", notes)
+    code, out = invoke(ROOT, ["infer", "generate", "--model-dir", tiny_model_dir, "--preset",
+                              "wse2", "--prompt-ids", "1", "--max-tokens", "1", "--stages",
+                              stages.group(1) if stages else "1", "--json"])  # fmt: skip
+    assert code == 0, out
+    want = json.loads(out)["predicted"]["wafer_s_per_token"] * 1e6
+    said = float(got.group(1).replace(",", ""))
+    assert want <= said <= 1.05 * want

@@ -135,6 +135,24 @@ def _check_chat_template(engine, template: str | None, option: str | None, form:
         )
 
 
+def _prediction(engine: object) -> str | None:
+    """The line that says what `--preset` / `--spec` predict (hunt 75: nothing showed it): a
+    pipelined engine's decode token on its plan (`PipelineEngine.report`, as `wse infer
+    generate` prints it); None for the mock and a speculative engine (its figure waits for
+    measured acceptance)."""
+    from wse_inference.pipeline.engine import PipelineEngine
+
+    if not isinstance(engine, PipelineEngine):
+        return None
+    kv = engine.plan.context_len // 2  # price_token's own default, said
+    r = engine.report(kv_tokens=kv)
+    return (
+        f"predicted on {r.wafer}: {r.predicted_s * 1e6:,.2f} us a decode token of one user "
+        f"with {kv:,} tokens cached ({1 / r.predicted_s:,.0f} tokens/s; `wse plan infer` "
+        "prices whole requests and loads)"
+    )
+
+
 def _json_list(option: str, example: str):
     """The callback of a CORS list option: its JSON list read now (`cors.json_list`), one
     line and exit 2 when it is not one."""
@@ -251,7 +269,9 @@ def serve(
     allow_credentials: bool = typer.Option(
         False, "--allow-credentials", help="Allow credentials (cookies) in CORS requests."
     ),
-    preset: str = preset_option("wse3", help="Wafer the tokens are predicted on: wse1, wse2, wse3"),
+    preset: str = preset_option(
+        "wse3", help="Wafer the tokens are predicted on (said at start): wse1, wse2, wse3"
+    ),
     spec_file: Path = SPEC_FILE,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM."""
@@ -297,8 +317,15 @@ def serve(
             allow_credentials=allow_credentials,
         ),
     )
+    predicted = _prediction(engine)
+
+    def announce(line: str) -> None:  # the address first: scripts read it from line one
+        typer.echo(line, err=False)
+        if predicted:
+            typer.echo(predicted, err=False)
+
     try:
-        run_server(engine, config, announce=lambda line: typer.echo(line, err=False))
+        run_server(engine, config, announce=announce)
     except OSError as e:
         fail(f"cannot serve on {host}:{port}: {e.strerror or e}")
 
