@@ -100,7 +100,8 @@ def test_plan_infer_on_every_shipped_model(model):
         # each request, on both systems (hunt 66: the GPUs left the first token out): its
         # first token, then its output at the per-user speed
         o = d["inputs"]["workload"]["output_tokens"]
-        period = side["ttft_s"] + o / side["tokens_per_s_per_user"]
+        # the O - 1 tokens after the first at that speed (hunt 75: O)
+        period = side["ttft_s"] + (o - 1) / side["tokens_per_s_per_user"]
         if side is g:
             assert side["tokens_per_s"] == pytest.approx(side["users"] * o / period)
         else:  # hunt 73: the wafer's first token and per-user speed are both conservative
@@ -172,11 +173,12 @@ def test_plan_infer_at_a_number_of_users():
     assert w["bound"] == "pipeline latency"
     assert w["tokens_per_s_per_user"] < one["wafer"]["tokens_per_s_per_user"]
     lay = w["point"]["layout"]
-    assert 20 / w["tokens_per_s_per_user"] == pytest.approx(
+    assert 19 / w["tokens_per_s_per_user"] == pytest.approx(
         lay["decode_alone_s"] + lay["decode_stalls_s"])  # fmt: skip
-    # a request: the prompt's pass (its least first token), then 20 tokens at the per-user
-    # speed; the first token shown is a bound (hunt 73), so the user's view spans more
-    _wafer_period(w, 20, w["ttft_s"] + 20 / w["tokens_per_s_per_user"])
+    # a request: the prompt's pass (its least first token and the first of 20), then 19
+    # tokens at the per-user speed (hunt 75: 20); the first token shown is a bound (hunt 73),
+    # so the user's view spans more
+    _wafer_period(w, 20, w["ttft_s"] + 19 / w["tokens_per_s_per_user"])
     assert lay["ttft_least_s"] == pytest.approx(lay["prompt_pass_s"])  # latency-bound
     assert g["tokens_per_s_per_user"] < one["gpu"]["tokens_per_s_per_user"]  # a batch of 8
 

@@ -71,8 +71,9 @@ def test_the_plan_prices_the_files_memory_plan_and_wafer(tmp_path):
     assert d["wafer"]["weight_chunks"] != "whole layers"
     notes = d["assumptions"]
     assert ("memory plan: the params file's runconfig.activation_stride 2 (0: the fastest "
-            "predicted stride that fits) and weight_chunks 4 (0: whole layers when they fit, else "
-            "column chunks as the SRAM ledger allows), as wse train runs them") in notes  # fmt: skip
+            "predicted stride that fits) and weight_chunks 4 (0: whole layers when they fit, "
+            "else column chunks as the SRAM ledger allows), as wse train runs them"
+            ) in notes  # fmt: skip
     assert "wafer: wse2, the params file's runconfig.wafer, as wse train runs it" in notes
 
 

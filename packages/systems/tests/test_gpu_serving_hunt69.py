@@ -35,20 +35,21 @@ def _serve(prompt: int, output: int, **kw) -> GpuServing:
 @pytest.mark.parametrize(("users", "prompt", "output"), [(2, 2048, 1), (10, 60, 20), (64, 512, 7)])
 def test_a_period_carries_every_prompt_once(users, prompt, output):
     serve = _serve(prompt, output)
-    # the round under way and the request's O rounds carry the others' prompts; its own runs
-    # in its first token
-    carried = (output + 1) * serve.others_prefill(users) + prompt
+    # the round under way and the request's O - 1 rounds after its first token carry the
+    # others' prompts; its own runs in its first token (hunt 75: O rounds, O + 1 in all)
+    carried = output * serve.others_prefill(users) + prompt
     assert carried == pytest.approx(users * prompt)
 
 
 def test_a_second_user_never_lowers_the_aggregate_and_a_longer_output_is_a_longer_request():
-    one, two = _serve(2048, 1).point(1), _serve(2048, 1).point(2)
+    # one decode round after the prompt's token: 2,048 + 2 (hunt 75: + 1 priced one)
+    one, two = _serve(2048, 2).point(1), _serve(2048, 2).point(2)
     assert two.aggregate_tokens_per_s >= one.aggregate_tokens_per_s  # was 33.60 < 47.62
-    short, long = _serve(2048, 1).point(2), _serve(2048, 2).point(2)
+    short, long = _serve(2048, 2).point(2), _serve(2048, 3).point(2)
     assert long.layout["request_period_s"] > short.layout["request_period_s"]
     # by hand at two users: the round under way with the other's half prompt, the own prompt
     # beside the other's decode token, one round of both users with the other's half prompt
-    kv = Workload(prompt_tokens=2048, output_tokens=1).kv_tokens
+    kv = Workload(prompt_tokens=2048, output_tokens=2).kv_tokens
 
     def step(users: int, prefill: float) -> float:
         batch = gs.StepBatch(users=users, kv_tokens=kv, prefill_tokens=prefill, prompt_tokens=2048)
@@ -56,11 +57,11 @@ def test_a_second_user_never_lowers_the_aggregate_and_a_longer_output_is_a_longe
 
     period = step(1, 1024) + step(1, 2048) + step(2, 1024)
     assert two.layout["request_period_s"] == pytest.approx(period, rel=1e-12)
-    assert two.aggregate_tokens_per_s == pytest.approx(2 / period, rel=1e-12)
+    assert two.aggregate_tokens_per_s == pytest.approx(2 * 2 / period, rel=1e-12)
 
 
 def test_prompts_past_the_budget_queue_and_are_not_refused():
-    serve = _serve(4096, 1)
+    serve = _serve(4096, 2)  # one decode round after the prompt's token (hunt 75: 4,096 + 1)
     # m decode tokens and the others' prompts over 2 rounds: 4 + 3 x 2048 <= 8192 < 5 + 4 x 2048
     assert serve.unqueued_users == 4
     assert serve.max_users > 500  # the memory, no longer the budget (was 1)

@@ -70,8 +70,8 @@ def test_serving_states_the_tokens_trip_to_the_host_with_its_price():
     plan = _infer(users=1)
     lay = plan.wafer_point.layout
     held = plan_pipeline(LLAMA8B.config, WSE3, num_wafers=1, context_len=1280, slots=1,
-                         regions=Regions(layout=lay["layout"],
-                                         head_rows=lay["head_rows"]))  # fmt: skip
+                         regions=Regions(layout=lay["layout"], head_rows=lay["head_rows"],
+                                         stages=lay["stages"]))  # fmt: skip
     kv = 1024 + 128
     without = price_token(LLAMA8B.config, held, kv_tokens=kv).predicted_s
     with_trip = price_token(LLAMA8B.config, held, kv_tokens=kv, token_out=True).predicted_s

@@ -67,17 +67,17 @@ def test_the_aggregate_is_each_replica_priced_alone_at_its_own_batch_summed(prec
         assert p.input_tokens_per_s == pytest.approx(
             sum(a.input_tokens_per_s for a in alone), rel=1e-12
         )
-        # the means over the requests each replica completes
+        # the means over the requests each replica completes (O - 1 tokens after the first)
         assert p.ttft_s == pytest.approx(_request_mean(alone, lambda a: a.ttft_s), rel=1e-12)
-        assert OUT / p.user_tokens_per_s == pytest.approx(
-            _request_mean(alone, lambda a: OUT / a.user_tokens_per_s), rel=1e-12
+        assert (OUT - 1) / p.user_tokens_per_s == pytest.approx(
+            _request_mean(alone, lambda a: (OUT - 1) / a.user_tokens_per_s), rel=1e-12
         )
         # Little's law: users over the mean period of a request is the requests a second
         assert p.aggregate_tokens_per_s == pytest.approx(
             users * OUT / p.layout["request_period_s"], rel=1e-12
         )
         assert p.layout["request_period_s"] == pytest.approx(
-            p.ttft_s + OUT / p.user_tokens_per_s, rel=1e-12
+            p.ttft_s + (OUT - 1) / p.user_tokens_per_s, rel=1e-12
         )
         slow = _alone(serve, lay, max(batches))  # the largest batch's users, beside the means
         assert p.layout["slowest_user_tokens_per_s"] == slow.user_tokens_per_s

@@ -37,8 +37,9 @@ def _wafer(work: Workload = DEFAULT, wafers: int = 1) -> WaferServing:
 
 
 def _period(p, output: int) -> float:
-    """What the user sees: the first token, then the output at the per-user speed."""
-    return p.ttft_s + output / p.user_tokens_per_s
+    """What the user sees: the first token, then the O - 1 tokens after it at the per-user
+    speed (hunt 75: O)."""
+    return p.ttft_s + (output - 1) / p.user_tokens_per_s
 
 
 # ---- hole 2: the GPU's period holds the request's own first token ---------------------------
@@ -48,8 +49,8 @@ def test_a_gpu_request_takes_its_first_token_then_its_output():
     work = Workload(prompt_tokens=16384, output_tokens=256)
     frac = gs.GpuFractions(gs.FITTED_HBM_FRACTION, gs.FITTED_MFU)
     p = GpuServing(LLAMA8B, gpum.H100, num_gpus=8, workload=work, fractions=frac).point(1)
-    # by hand: one user's prompt in chunks of the 8,192-token budget, alone, then 256 bare
-    # decode steps (its own prompt is not in them: it ran in its first token)
+    # by hand: one user's prompt in chunks of the 8,192-token budget, alone, then 255 bare
+    # decode steps (its own prompt is not in them: it ran in its first token; hunt 75: 256)
     lay = gs.GpuLayout(p.layout["tp"], p.layout["pp"])
 
     def step(batch: gs.StepBatch) -> float:
@@ -60,7 +61,7 @@ def test_a_gpu_request_takes_its_first_token_then_its_output():
     decode = step(gs.StepBatch(users=1, kv_tokens=work.kv_tokens))
     assert p.ttft_s == pytest.approx(2 * chunk)
     assert p.user_tokens_per_s == pytest.approx(1 / decode)
-    assert p.aggregate_tokens_per_s == pytest.approx(256 / (2 * chunk + 256 * decode))
+    assert p.aggregate_tokens_per_s == pytest.approx(256 / (2 * chunk + 255 * decode))
     assert p.aggregate_tokens_per_s < 0.75 * p.user_tokens_per_s  # before: equal (518.7)
 
 
@@ -97,13 +98,13 @@ def test_per_user_speed_falls_as_users_are_added_at_the_hunts_loads():
     speeds = [serve.point(u).user_tokens_per_s for u in (1, 8, 9, 11, 12, 16)]
     assert speeds == sorted(speeds, reverse=True), speeds  # before: 12 users 3,042 > 11's 2,567
     assert speeds[4] < 0.9 * one  # 11 others' prompts stall the user's tokens
-    for u in (8, 12, 16):  # the definition: output tokens over the first-to-last-token time
-        p = serve.point(u)
-        assert p.user_tokens_per_s == pytest.approx(256 / p.layout["decode_s"])
+    for u in (8, 12, 16):  # the definition: the 255 output tokens after the first over the
+        p = serve.point(u)  # first-to-last-token time (hunt 75: 256)
+        assert p.user_tokens_per_s == pytest.approx(255 / p.layout["decode_s"])
         assert p.layout["decode_s"] == pytest.approx(
             p.layout["decode_alone_s"] + p.layout["decode_stalls_s"]
         )
-        assert p.layout["decode_alone_s"] == pytest.approx(256 * serve.pipelines(u)[0].token_s)
+        assert p.layout["decode_alone_s"] == pytest.approx(255 * serve.pipelines(u)[0].token_s)
 
 
 def test_longer_prompts_of_the_others_slow_a_users_tokens():
@@ -131,7 +132,7 @@ def test_at_one_prompt_block_per_user_speed_never_rises_and_the_first_token_neve
         # moves the first token alone by a fraction of a percent (8 -> 15 users: -0.16%)
         assert all(b >= a * (1 - 1e-2) for a, b in zip(first, first[1:], strict=False)), block
         for t in times:  # the others' stalls never make the output faster than alone
-            assert t.decode_s >= 20 * serve.pipelines(1)[0].token_s * (1 - 1e-6)
+            assert t.decode_s >= 19 * serve.pipelines(1)[0].token_s * (1 - 1e-6)  # O - 1
 
 
 def test_when_the_busiest_region_is_full_the_wait_is_before_the_first_token():

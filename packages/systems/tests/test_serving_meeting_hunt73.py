@@ -1,11 +1,13 @@
 """`meeting`'s bounded search against a brute force over every load (hunt 73).
 
 A scan of every load took 12-138 s in `wse plan infer --max-ttft-s` (1B on 16 wafers: 13,589
-loads); `meeting` now prices one user, then a grid (every load to 64, then steps of 3%) from
-the most down, then the loads between the largest grid load that meets and the grid load
-above it. The oracle: every load priced and the largest that meets taken by hand, on real
-curves that are not monotone (wafers: placement and block change with the load; GPUs), and
-the number of points priced against the stated bound.
+loads); `meeting` now prices one user, then a grid (every load to 64, then steps of 3%) and
+the frontier's loads, then the loads between the grid's neighbours of the best found (hunt
+75: the most output of the loads that meet the limits, a queued load meeting no speed; it
+was the largest load that meets). The oracle: every load priced and the loads that meet
+taken by hand, on real curves that are not monotone (wafers: placement and block change with
+the load; GPUs): the one chosen serves their most output and none of them beats it; the
+number of points priced against the stated bound.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from wse_core import preset
 from wse_systems.gpu import H100
 from wse_systems.pipeline import Regions
 from wse_systems.serving import OperatingPoint, Workload, meeting
-from wse_systems.serving.frontier import meeting_loads
+from wse_systems.serving.frontier import loads
 from wse_systems.serving.gpus import GpuServing
+from wse_systems.serving.selection import TIE, beats, meeting_loads, queued
 from wse_systems.serving.wafer import WaferServing
 
 LONG = Workload(prompt_tokens=8192, output_tokens=64)
@@ -53,8 +56,8 @@ CASES = {
 
 
 def _bound(max_users: int, found: OperatingPoint | None) -> int:
-    g = found.users if found else 0
-    return 1 + len(meeting_loads(max_users)) + math.ceil(0.03 * g)
+    g = found.users if found else 0  # hunt 75: every grid load, the frontier's, b's neighbours
+    return len({*meeting_loads(max_users), *loads(max_users)}) + math.ceil(0.07 * g)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -68,12 +71,19 @@ def test_meeting_is_the_brute_force_over_every_load(case):
     limits += [(speeds[i], None) for i in (0, 3, len(speeds) // 2, -2, -1)]
     limits += [(speeds[len(speeds) // 4], ttfts[len(ttfts) // 2]), (None, ttfts[0] / 2)]
     for speed, ttft in limits:
-        meets = [u for u, p in points.items()
-                 if (speed is None or p.user_tokens_per_s >= speed)
+        meets = [p for p in points.values()
+                 if (speed is None or (p.user_tokens_per_s >= speed and not queued(p)))
                  and (ttft is None or p.ttft_s <= ttft)]  # fmt: skip
         counted = _Counted(s)
         got = meeting(counted, speed, max_ttft_s=ttft)
-        assert (got and got.users) == (max(meets) if meets else None), (speed, ttft)
+        # hunt 75: the largest load meeting them was the rule (a queued load looked fast);
+        # now the most output of the loads that meet them, none of which beats it
+        assert (got is None) == (not meets), (speed, ttft)
+        if got is not None:
+            assert any(got.users == p.users for p in meets)
+            assert not any(beats(p, got) for p in meets), (speed, ttft)
+            most = max(p.aggregate_tokens_per_s for p in meets)
+            assert got.aggregate_tokens_per_s >= (1 - TIE) * most, (speed, ttft)
         assert counted.calls <= _bound(s.max_users, got)
 
 

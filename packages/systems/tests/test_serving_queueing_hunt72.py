@@ -46,9 +46,10 @@ TOY = DecoderCounts(
     vocab_size=1000, max_seq_len=128,
 )  # fmt: skip
 TOY_DRAFT = dataclasses.replace(TOY, name="toy-draft", n_layers=1)
-# 32 prompt + 16 output tokens; speculation at alpha 1 keeps gamma + 1 = 4 tokens a round,
-# so a request is a whole number of rounds in the run as in the model (4)
-WORK = Workload(prompt_tokens=32, output_tokens=16, context_len=48)
+# 32 prompt + 17 output tokens, the first the prompt's, 16 after it (hunt 75: 16 output
+# tokens were 16 after it); speculation at alpha 1 keeps gamma + 1 = 4 tokens a round, so a
+# request is a whole number of rounds in the run as in the model (4)
+WORK = Workload(prompt_tokens=32, output_tokens=17, context_len=49)
 SPEC = Speculation(draft=TOY_DRAFT, gamma=3, alpha=1.0)
 TIE = 1.0 - OUTPUT_TIE  # output within this share of the most: a tie (the policy)
 # The run counts whole rounds in its last two thirds (about 20 requests a user): its output
@@ -81,11 +82,12 @@ def _case(serve: WaferServing, users: int, block: int) -> _Case:
     prompt = (tuple(t_prompt.occupancy_s(k).items()),)
     blocks = math.ceil(w.prompt_tokens / k)
     if spec is None or draft is None or d_prompt is None:
+        # the prompt's pass emits the first token, O - 1 decode tokens follow (hunt 75)
         return _Case(prompt, blocks, (), 0, tuple(target.occupancy_s(1).items()), 1,
-                     w.output_tokens, 1.0)  # fmt: skip
+                     w.output_tokens - 1, 1.0)  # fmt: skip
     prompt += (tuple((f"draft {n}", s) for n, s in d_prompt.occupancy_s(k).items()),)
     kv = target.pass_s(spec.gamma + 1)[1]
-    rounds = w.output_tokens / spec.tokens_per_round
+    rounds = (w.output_tokens - 1) / spec.tokens_per_round  # after the prompt's token
     assert rounds == int(rounds)
     return _Case(prompt, blocks, tuple((f"draft {n}", s) for n, s in draft.occupancy_s(1).items()),
                  spec.gamma, tuple(target.occupancy_s(kv).items()),
@@ -142,9 +144,15 @@ def _policy_run(case: _Case, starts: list[float], horizon: float) -> tuple[float
             s["left"] -= 1
             if s["left"] == 0:
                 s["first"] = clock
+                tally["tokens"] += 1.0 if clock >= warm else 0.0  # the prompt's pass emits it
                 if s["sent"] >= warm:
                     tally["firsts"].append(clock - s["sent"])
-                start_round(u)
+                if case.rounds:
+                    start_round(u)
+                    return
+                if s["first"] >= warm:
+                    tally["windows"].append(0.0)
+                send(u)
         elif kind == "draft":
             s["drafted"] += 1
             if s["drafted"] < case.drafts:
@@ -208,7 +216,7 @@ def test_one_user_is_served_as_priced(speculative):
         p = serve.request(1, block).point(1, WORK)
         assert p.aggregate_tokens_per_s == pytest.approx(got, rel=0.015)
         assert p.ttft_s == pytest.approx(first, rel=1e-9)
-        assert p.user_tokens_per_s == pytest.approx(WORK.output_tokens / window, rel=1e-9)
+        assert p.user_tokens_per_s == pytest.approx((WORK.output_tokens - 1) / window, rel=1e-9)
 
 
 @pytest.mark.parametrize("speculative", [False, True])
@@ -232,7 +240,7 @@ def test_evenly_spaced_users_attain_the_bound():
     priced = serve.request(4, 32).point(4, WORK)
     served, _, window = _run(serve, 4, 32, "even")
     assert priced.aggregate_tokens_per_s == pytest.approx(served, rel=0.03)
-    assert priced.user_tokens_per_s == pytest.approx(WORK.output_tokens / window, rel=0.03)
+    assert priced.user_tokens_per_s == pytest.approx((WORK.output_tokens - 1) / window, rel=0.03)
 
 
 @pytest.mark.parametrize("speculative", [False, True])

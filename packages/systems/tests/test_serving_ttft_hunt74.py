@@ -109,7 +109,7 @@ def test_the_first_token_bounds_every_users_mean_and_the_runs_cut_does_not():
     """Llama 3.2 1B, 128 + 1 tokens, 64 users: the run's mean over its requests is under the
     bound (its cut keeps a burst's later senders) and moves with the run's length; each
     user's mean is under it, the same at every length, and users in step come within 2%."""
-    serve = _serve("llama3-1b", 128, 1)
+    serve = _serve("llama3-1b", 128, 2)  # one decode token after the prompt's (hunt 75: + 1)
     p = serve.point(64)
     k = p.layout["prompt_block_tokens"]
     assert p.layout["ttft_bound"].startswith("conservative")
@@ -141,9 +141,10 @@ def test_short_outputs_first_token_is_bounded(model, prompt, output, users):
 
 @pytest.mark.slow
 def test_a_drafts_first_token_is_bounded():
-    """Llama 3 8B with a 1B draft, 1,024 + 4 tokens at 64 users (the drafts run past the
-    prompts: 3% under the bound)."""
-    _check(_serve("llama3-8b", 1024, 4, draft=True), 64)
+    """Llama 3 8B with a 1B draft, 1,024 + 5 tokens at 64 users (the drafts run past the
+    prompts: 3% under the bound; hunt 75: 4 decode tokens after the prompt's, one whole
+    round of gamma 3 at alpha 1, as + 4 was before O - 1)."""
+    _check(_serve("llama3-8b", 1024, 5, draft=True), 64)
 
 
 @pytest.mark.slow
@@ -154,4 +155,4 @@ def test_users_in_step_attain_the_bound():
     for users in (16, 64):
         p = serve.point(users)
         first = _firsts(serve, users, p.layout["prompt_block_tokens"], "lockstep")[1]
-        assert first <= p.ttft_s <= first * 1.01
+        assert first <= p.ttft_s * (1 + 1e-9) and p.ttft_s <= first * 1.01  # rounding

@@ -23,6 +23,7 @@ from wse_systems.serving import (
     knee,
     loads,
     meeting,
+    queued,
     speculative_speedup,
     tokens_per_round,
 )
@@ -120,9 +121,10 @@ def test_gpu_kv_bytes_per_user_and_the_largest_batch():
     serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=Workload(prompt_tokens=60,
                        output_tokens=40), fractions=HALF)  # fmt: skip
     # the step budget caps users by their decode tokens alone (hunt 69: prompts past it
-    # queue); 3,326 users carry their prompts without a queue, m + (m - 1) 60 / 41 <= 8192
+    # queue); 3,277 users carry their prompts without a queue, m + (m - 1) 60 / 40 <= 8192
+    # (the round under way and 39 decode rounds after the first token; hunt 75: 40, 3,326)
     assert serve.budget_users == sg.TOKEN_BUDGET
-    assert serve.unqueued_users == int((8192 + 60 / 41) // (1 + 60 / 41)) == 3326
+    assert serve.unqueued_users == int((8192 + 60 / 40) // (1 + 60 / 40)) == 3277
     assert serve.max_users == users
     with pytest.raises(ServingError, match="at most 3417"):
         at_users(serve, 3418)
@@ -140,23 +142,24 @@ def test_gpu_a_request_is_its_first_token_then_rounds_with_the_others_prompts():
     serve = GpuServing(FLAT, ROUND, num_gpus=1, workload=w, fractions=HALF)
     kv = w.kv_tokens
     # 10 users: the 9 others' 9 x 60 prompt tokens over the round under way and the request's
-    # 20 rounds (hunt 69: 9 x 60 / 20 = 27 a round, the round under way too: 1.05 x each)
-    p, c = serve.point(10), 9 * 60 / 21
+    # 19 rounds after its first token (hunt 69: 9 x 60 / 20 = 27 a round of 20 rounds, the
+    # round under way too: 1.05 x each; hunt 75: 20 rounds after the first token, 9 x 60 / 21)
+    p, c = serve.point(10), 9 * 60 / 20
     own = _step(users=10, kv_tokens=kv, prefill_tokens=c, prompt_tokens=60)
     full = _step(users=10, kv_tokens=kv, prefill_tokens=30, prompt_tokens=60)
     assert full.memory_s == pytest.approx((2e8 + KV_BYTES * (10 * kv + 40)) / 5e11)
     wait = _step(users=9, kv_tokens=kv, prefill_tokens=c, prompt_tokens=60)  # under way
     chunk = _step(users=9, kv_tokens=kv, prefill_tokens=60, prompt_tokens=60)  # one chunk
     first = wait.seconds + chunk.seconds
-    period = first + 20 * own.seconds  # hunt 68: was max(.., 20 full), the own prompt twice
+    period = first + 19 * own.seconds  # hunt 68: was max(.., 20 full), the own prompt twice
     assert p.user_tokens_per_s == pytest.approx(1 / own.seconds)
-    assert p.ttft_s == pytest.approx(period - 20 * own.seconds)
+    assert p.ttft_s == pytest.approx(period - 19 * own.seconds)
     assert p.aggregate_tokens_per_s == pytest.approx(10 * 20 / period)
     assert p.input_tokens_per_s == pytest.approx(10 * 60 / period)
     bare = _step(users=10, kv_tokens=kv)
     # hunt 68: the period less its bare rounds (was 1 - bare / full, the own prompt in them)
-    assert p.input_time_share == pytest.approx(1 - 20 * bare.seconds / period)
-    alone = serve.point(1)  # one user: its prompt, then 20 bare decode steps
+    assert p.input_time_share == pytest.approx(1 - 19 * bare.seconds / period)
+    alone = serve.point(1)  # one user: its prompt, then 19 bare decode steps
     one_first = _step(users=0, kv_tokens=kv, prefill_tokens=60, prompt_tokens=60)
     assert alone.ttft_s == pytest.approx(one_first.seconds)
     assert alone.user_tokens_per_s == pytest.approx(1 / _step(users=1, kv_tokens=kv).seconds)
@@ -165,7 +168,7 @@ def test_gpu_a_request_is_its_first_token_then_rounds_with_the_others_prompts():
     speeds = [q.user_tokens_per_s for q in points]
     assert speeds == sorted(speeds, reverse=True)
     for q in points:  # a period is the first token and then the output, on both systems
-        period = q.ttft_s + 20 / q.user_tokens_per_s
+        period = q.ttft_s + 19 / q.user_tokens_per_s  # the 19 after the first (hunt 75: 20)
         assert q.aggregate_tokens_per_s == pytest.approx(q.users * 20 / period)
 
 
@@ -249,6 +252,9 @@ def test_wafer_users_are_limited_by_sram_on_a_small_wafer():
         at_users(serve, n + 1)
 
 
+AFTER = 15  # the toy's decode tokens after the prompt's first (hunt 75: 16 were priced)
+
+
 def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
     # hunt 72: the output window holds every other user's prompt pass (a convoy: the
     # policy's decode tokens cannot pass a prompt block); before, the others' prompts stalled
@@ -256,7 +262,7 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
     # mean over the users' phases (no Cobham wait, nor one added to the period), the prompts'
     # share the share of the period they add, and the block is the most output within 1%
     # (`OUTPUT_TIE`), then the sooner first token
-    serve = _toy_serving()  # 16 prompt + 16 output tokens a request
+    serve = _toy_serving()  # 16 prompt + 16 output tokens a request (AFTER)
     for u in loads(serve.max_users):
         p = serve.point(u)
         latency, held, _ = serve.round_s(u)
@@ -264,16 +270,16 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
         k = p.layout["prompt_block_tokens"]
         blocks = math.ceil(16 / k)
         own = {n: blocks * prompt.occupancy_s(k)[n] for n in held}
-        work = {n: 16 * held[n] + own[n] for n in held}
+        work = {n: AFTER * held[n] + own[n] for n in held}
         passing = prompt.blocks_s(16, k)
         tau = max(latency, u * max(held.values()))  # a token in free flow
-        window = 16 * tau + min(u - 1, 16) * max(0.0, passing - tau)
-        if u - 1 > 16 and passing > tau:  # hunt 73: the prompts past the 16 items catch one
+        window = AFTER * tau + min(u - 1, AFTER) * max(0.0, passing - tau)
+        if u - 1 > AFTER and passing > tau:  # hunt 73: the prompts past those items catch one
             big, cap = max(prompt.occupancy_s(k).values()) * blocks, u * max(work.values())
             base = window
             window = brentq(  # w = base + C Bp, C the others' prompts in w (one a period)
                 lambda w, u=u, base=base, passing=passing, cap=cap, big=big: (
-                    w - base - min(u - 17, (u - 1) * w / max(passing + w, cap)) * big),
+                    w - base - min(u - 1 - AFTER, (u - 1) * w / max(passing + w, cap)) * big),
                 base, base + u * big,
             )  # fmt: skip
         path, full = passing + window, u * max(work.values())
@@ -283,20 +289,22 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
         # half the others' prompts there ahead of it and the token under way there, at most
         # the period less the output alone
         burst = passing + 0.5 * (u - 1) * own[slow] + held[slow] if u > 1 else passing
-        first = max(least, min(period - 16 * latency, burst))
+        first = max(least, min(period - AFTER * latency, burst))
         assert p.layout["ttft_least_s"] == pytest.approx(least)
         assert p.ttft_s == pytest.approx(first)
         assert p.layout["request_period_s"] == pytest.approx(period)
         assert p.aggregate_tokens_per_s == pytest.approx(u * 16 / period)
         assert p.input_tokens_per_s == pytest.approx(p.aggregate_tokens_per_s)  # P = O
-        assert p.user_tokens_per_s == pytest.approx(16 / window)
-        # the same users without prompts: each request 16 tokens in free flow
-        assert p.input_time_share == pytest.approx(1 - 16 * tau / period)
+        assert p.user_tokens_per_s == pytest.approx(AFTER / window)
+        # the same users without prompts: each request AFTER tokens in free flow
+        assert p.input_time_share == pytest.approx(1 - AFTER * tau / period)
         busiest = max(work, key=work.__getitem__)
         if path >= full:
             assert p.bound == "pipeline latency"
         else:  # full: the busiest element, one item at a time
-            assert p.bound == f"region {busiest}"
+            # the head by that name, with its rows (hunt 75: "region per_token")
+            head = busiest in ("head", "per_token")
+            assert p.bound.startswith("region head: ") if head else p.bound == f"region {busiest}"
         # no other block size serves this load with more than 1% more output, and those
         # within 1% of the most give the first token no sooner
         others = [serve.request(u, b) for b in prompt.block_sizes()]
@@ -346,7 +354,10 @@ def test_selections():
     slow = front.points[-1].user_tokens_per_s
     p = meeting(serve, slow * 1.01)
     assert p.user_tokens_per_s >= slow * 1.01
-    assert serve.point(p.users + 1).user_tokens_per_s < slow * 1.01
+    # hunt 75: the most output of the unqueued loads that fast (it was the largest load)
+    fast = [serve.point(u) for u in range(1, serve.max_users + 1)]
+    fast = [q for q in fast if q.user_tokens_per_s >= slow * 1.01 and not queued(q)]
+    assert p.aggregate_tokens_per_s >= (1 - 1e-9) * max(q.aggregate_tokens_per_s for q in fast)
     assert meeting(serve, 1e12) is None
     k = knee(serve, front)
     score = lambda q: q.user_tokens_per_s * q.aggregate_tokens_per_s  # noqa: E731

@@ -1,8 +1,10 @@
 """Whole requests (P prompt + O output tokens) on both serving systems, as properties over
 models, workloads, GPU counts, precisions and loads (hypothesis), against ceilings counted
-independently of the models: every token of a request, prompt or output, multiplies every
-matmul weight once (2 N_matmul flops, N_matmul weights read from memory), so no system
-serves more tokens a second than its peak flops or its memory bandwidth allow; a longer
+independently of the models: every token fed to the model, the prompt and each output token
+but the last (hunt 75: the prompt's pass emits the first output token, and the last is never
+fed back), multiplies every matmul weight once (2 N_matmul flops, N_matmul weights read from
+memory), so no system serves more tokens a second than its peak flops or its memory
+bandwidth allow; a longer
 prompt at the same output length never raises throughput; and the dollars per million input
 and output tokens times the tokens are the system-hours times the price."""
 
@@ -66,7 +68,8 @@ def test_gpu_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
     p = serve.point(users)
     prec, shape = gs.PRECISIONS[case["precision"]], case["shape"]
     n = matmul_params(shape)
-    tokens = p.aggregate_tokens_per_s + p.input_tokens_per_s  # prompt and output
+    # the prompt and the output but its last token, (P + O - 1) a request (hunt 75: P + O)
+    tokens = p.input_tokens_per_s + p.aggregate_tokens_per_s * (case["output"] - 1) / case["output"]
     assert p.input_tokens_per_s == pytest.approx(
         p.aggregate_tokens_per_s * case["prompt"] / case["output"]
     )
@@ -85,13 +88,15 @@ def test_gpu_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
     for batch, count in shares:
         cache = prec.kv_bytes * kv_values_per_token(shape) * batch * kv
         step_bytes = lay.pp * prec.weight_bytes * n + cache  # a round: pp micro-batches (hunt 68)
-        steps_per_s = serve.replica_point(lay, batch).user_tokens_per_s  # a token a user a step
+        # a token a user a step; none at one output token (no decode step after it: hunt 75)
+        steps_per_s = serve.replica_point(lay, batch).user_tokens_per_s or 0.0
         used += count * steps_per_s * step_bytes
     # every GPU of a replica: pp stages read at once (hunt 68: pp micro-batches in flight,
     # each reading the weights once a round)
     bandwidth = replicas * lay.gpus * 0.7 * gpum.H100.hbm_bytes_per_s
     assert used <= bandwidth * (1 + 1e-9)
-    assert 0.0 <= p.input_time_share < 1.0
+    # one output token has no decode step: all of its time is the prompt's (hunt 75)
+    assert 0.0 <= p.input_time_share < 1.0 or (case["output"] == 1 and p.input_time_share == 1)
 
 
 @settings(max_examples=40, deadline=None)
@@ -128,11 +133,12 @@ def test_wafer_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
     p = serve.point(max(1, round(load * serve.max_users)))
     spec, n = preset("small"), matmul_params(TOY)
     pes = spec.pe_rows * spec.pe_cols
-    tokens = p.aggregate_tokens_per_s + p.input_tokens_per_s
+    tokens = p.input_tokens_per_s + p.aggregate_tokens_per_s * (output - 1) / output  # fed
     assert tokens * 2 * n <= pes * spec.flops_per_cycle["fp16"] * spec.clock_hz
     assert tokens * 2 * n <= pes * spec.sram_read_bytes_per_cycle * spec.clock_hz  # 16-bit
     one = serve.point(1)  # one user: the batch-1 token time, and the prompt's pass first
-    assert one.user_tokens_per_s == pytest.approx(1 / serve.pipelines(1)[0].token_s)
+    token = 1 / serve.pipelines(1)[0].token_s  # no decode token after a one-token output's
+    assert one.user_tokens_per_s == (None if output == 1 else pytest.approx(token))
     assert one.ttft_s == pytest.approx(serve.pipelines(1, prompt=True)[0].pass_s(prompt)[0])
 
 
@@ -171,7 +177,9 @@ def test_a_gpu_count_of_1e18_is_priced_at_once():
     sped = meeting(serve, top.user_tokens_per_s)
     assert sped is not None and sped.user_tokens_per_s >= top.user_tokens_per_s
     assert len(gs.replica_sizes(10**18, gpum.H100, SHAPES[1])) <= SHAPES[1].n_layers + 6
-    assert time.perf_counter() - start < 2.0
+    # hunt 75: `meeting` weighs every load of its grid (1,510 at 3 x 10**20 users) for the
+    # most output, where it stopped at the largest load that met (2.0 s here before)
+    assert time.perf_counter() - start < 12.0
 
 
 def test_time_to_first_token_is_the_policys_not_a_share():

@@ -31,14 +31,15 @@ def test_a_row_is_the_serving_model_at_its_layout_and_most_users():
     row = next(r for r in tr.ROWS if (r.model, r.tp, r.input_tokens) == ("llama3.1-8b", 1, 2048))
     shape, w = tr.SHAPES[row.model], Workload(prompt_tokens=2048, output_tokens=128)
     # by hand: the most users decoding at once in a full system, 8192 users' decode tokens and
-    # the others' prompts spread over the round under way and 128 rounds, m + (m - 1) 2048 /
-    # 129 <= 8192: 485 (hunt 69; 8192 / (1 + 2048 / 128) = 481 before), and the memory holds
-    # (fp8: a byte a weight and a KV value)
-    q = 2048 / 129
+    # the others' prompts spread over the round under way and the 127 rounds after the first
+    # token, m + (m - 1) 2048 / 128 <= 8192: 482 (hunt 75: 128 rounds after it, 485; hunt 69:
+    # 8192 / (1 + 2048 / 128) = 481 before), and the memory holds (fp8: a byte a weight and a
+    # KV value)
+    q = 2048 / 128
     usable = 0.9 * gpum.H100.memory_bytes - num_params(shape)
     memory_users = int(usable // (kv_values_per_token(shape) * w.held_tokens))
     users = min(int((8192 + q) // (1 + q)), memory_users)
-    assert users == 485
+    assert users == 482
 
     def step(users: int, prefill: int) -> float:
         batch = gs.StepBatch(users=users, kv_tokens=w.kv_tokens, prefill_tokens=prefill,
@@ -47,13 +48,13 @@ def test_a_row_is_the_serving_model_at_its_layout_and_most_users():
                        fractions=gs.GpuFractions(hbm_fraction=0.7, mfu=0.3)).seconds  # fmt: skip
 
     # a request (hunt 66): the round under way and its prompt in one chunk beside the others'
-    # decode tokens, then 128 rounds carrying the others' prompts (hunt 69: the others'
-    # (users - 1) 2048 over the 129 rounds); the period at least the full rounds of 8192 that
-    # carry every user's 2048 + 128 tokens
+    # decode tokens, then 127 rounds carrying the others' prompts (hunt 69: the others'
+    # (users - 1) 2048 over the 128 rounds); the period at least the full rounds of 8192 that
+    # carry every user's 2048 + 127 tokens (the last output token is never fed back)
     others = (users - 1) * q
     first = step(users - 1, others) + step(users - 1, 2048)
-    full = users * (2048 + 128) / 8192 * step(users, 8192 - users)
-    period = max(first + 128 * step(users, others), full)
+    full = users * (2048 + 127) / 8192 * step(users, 8192 - users)
+    period = max(first + 127 * step(users, others), full)
     assert 8192 - (users - 1) >= 2048  # one chunk
     assert tr.predict(row, mfu=0.3, hbm_fraction=0.7) == pytest.approx(users * 128 / period)
 

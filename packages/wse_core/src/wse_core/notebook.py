@@ -161,7 +161,7 @@ def frontier_html(frontier: Any, fig: Any) -> str:
     rows = [
         (
             p.users,
-            p.user_tokens_per_s,
+            "n/a" if p.user_tokens_per_s is None else p.user_tokens_per_s,  # one output token
             p.aggregate_tokens_per_s,
             p.ttft_s,
             p.bound,
@@ -169,7 +169,7 @@ def frontier_html(frontier: Any, fig: Any) -> str:
         )  # fmt: skip
         for p in sorted(frontier.points, key=lambda p: p.users)
     ]
-    header = ["users", "tokens/s per user", "tokens/s in all", "TTFT s", "bound", "Pareto"]
+    header = ["users", "tokens/s per user", "output tokens/s in all", "TTFT s", "bound", "Pareto"]
     return (
         f'<div class="wse-frontier"><p><b>{html.escape(frontier.system)}</b>, '
         f"{frontier.units} units, up to {frontier.max_users:,} users</p>"

@@ -11,7 +11,9 @@ predicted wafer time per token on `--preset` / `--spec` (default wse3; the plan 
 weights' dtype and layout named, priced by `wse_systems.token.price_token`; both engines
 planned for the job's context, prompt + max_tokens, as `wse plan infer` plans it; speculative:
 the rounds run over the tokens kept, a round cut at max_tokens or a stop priced whole) beside the
-measured time per token, and (speculative) acceptance statistics (speculative decoding runs on the
+measured time per token (pipelined: labelled with its stage count, and beside it `wse plan
+infer --users 1`'s token for the request where the plan's count differs, `infer_plan_token`),
+and (speculative) acceptance statistics (speculative decoding runs on the
 serving engine, `SpeculativeEngine`, whose rounds also give logprobs; with `--logprobs`, the
 mean logprob and perplexity); `--json` prints token ids, text, metrics and (`--logprobs N`)
 each token's raw logprob and its N most likely alternatives [[id, logprob], ...] as one JSON
@@ -35,6 +37,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.commands import infer_prompt as prompts
+from wse_cli.commands.infer_plan_token import plan_line, plan_token, stages_of
 from wse_cli.errors import fail
 from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file
@@ -57,6 +60,11 @@ def _pipelined(model, ids, sampling, stages, context, stream, wafer, trace=None)
                             prefill_chunk=32)  # fmt: skip
     result = _on_engine(engine, model, ids, sampling, stream, lambda st: st.seqs[0], trace)
     result["engine"] = f"pipelined, {stages} stage(s) on a {stages} x 1 PE grid"
+    result["predicted"]["stages"] = stages  # each token labelled with its stage count
+    planned = plan_token(model.config, wafer, prompt_tokens=len(ids), stages=stages,
+                         output_tokens=sampling.max_tokens)  # fmt: skip
+    if planned is not None:  # hunt 75: the plan's count differs (or the plan refuses)
+        result["plan_predicted"] = planned
     return result
 
 
@@ -340,7 +348,8 @@ def _report(result: dict, as_json: bool) -> None:
         here = f"{measured * 1e3:.3f} ms" if measured else "-"
         typer.echo(
             f"predicted on {pred['wafers']} {pred['wafer']} wafer(s), {pred['weights']} weights "
-            f"and KV, {pred['layout']} regions: {pred['wafer_s_per_token'] * 1e6:.1f} us/token "
+            f"and KV, {stages_of(pred)}{pred['layout']} regions: "
+            f"{pred['wafer_s_per_token'] * 1e6:.1f} us/token "
             f"({pred['tokens_per_s']:,.0f} tokens/s, {pred['bound']}-bound); measured on "
             f"this emulator {here}/token"
         )
@@ -348,6 +357,8 @@ def _report(result: dict, as_json: bool) -> None:
             from wse_core.cost.listing import Listed, compact
 
             typer.echo(compact(Listed.from_dict(d) for d in pred["assumed"]))
+        if result.get("plan_predicted"):  # wse plan infer's token for the request (hunt 75)
+            typer.echo(plan_line(result["plan_predicted"], pred["stages"]))
     if result.get("trace"):
         typer.echo(f"per-PE trace, one file per wafer: {', '.join(result['trace'])}")
     lps = result.get("logprobs")

@@ -4,7 +4,7 @@
     wse plan infer --model llama3-70b [--users N | --min-user-tokens-per-s S] [--wafers N]
                    [--gpus M] [--prompt-tokens P --output-tokens O]
                    [--draft M --alpha A | --tokens-per-round X]
-                   [--gemv sdk|meshgemv] [--wafer-dtype auto|float32|bfloat16]
+                   [--gemv sdk|meshgemv] [--wafer-dtype auto|float32|bfloat16] [--stages S]
     either with [--assume KEY=VALUE ...]
 
 `--model`: a `wse_models` preset (llama3-70b), a shipped trainer config (llama3_8b), a
@@ -203,7 +203,8 @@ def infer(
     min_user_tokens_per_s: float = number(
         None,
         "--min-user-tokens-per-s",
-        help="The largest load at least this fast per user.",
+        help="The load serving the most output tokens/s with every user this fast, admitted "
+        "at once (a queued load meets no speed).",
         gt=0,
         le=MAX_USER_TOKENS_PER_S,
         unit="tokens/s",
@@ -216,17 +217,26 @@ def infer(
         ge=1,
         limit="systems",
     ),
+    stages: int = number(  # hunt 75: always one a layer; `wse infer generate --stages`'s count
+        None, "--stages", help="Wafer layer stages, <= layers (default: searched).", kind=int, ge=1
+    ),
     gpus: int = number(None, "--gpus", help="GPUs per replica (default: one node).", **GPUS),
     tokens_per_day: float = number(
         None,
         "--tokens-per-day",
-        help="Load (default: one wafer replica busy at its point).",
+        help="Output tokens/day served (default: one wafer replica busy at its point).",
         ge=1,
         le=MAX_TOKENS_PER_DAY,
         unit="tokens/day",
     ),
     days: float = number(
-        365.0, "--days", help="Deployment length (people cost).", ge=1, le=MAX_DAYS, unit="days"
+        365.0,
+        "--days",
+        help="Deployment length: hours, energy and tokens scale with it; the engineer hours "
+        "(a fixed total) are spread over its tokens.",
+        ge=1,
+        le=MAX_DAYS,
+        unit="days",
     ),
     prompt_tokens: int = number(
         None,
@@ -261,7 +271,7 @@ def infer(
     max_ttft_s: float = number(
         None,
         "--max-ttft-s",
-        help="The largest load whose first token comes this soon.",
+        help="The load serving the most output tokens/s whose first token comes this soon.",
         gt=0,
         le=MAX_TTFT_S,
         unit="s",
@@ -341,7 +351,7 @@ def infer(
             target=pi.Target(users, min_user_tokens_per_s, max_ttft_s),
             costing=pi.Costing(tokens_per_day, days, _rates(usd_gpu, usd_sys, usd_eng,
                                                             eng_hours, usd_kwh)),
-            draft=drafted,
+            draft=drafted, stages=stages,
         )  # fmt: skip
         # the GPU step's fixed cost, an assumed constant, beside the figures it moves (hunt 67)
         notes = [floor_note(choice.config), *round_notes]

@@ -118,10 +118,12 @@ def _how(plan, meets: bool) -> str:
 
 
 def _wafers(w: dict) -> str:
-    """Wafers per replica and their regions' layout (banded or compact, chosen at each load
-    with the placement: `wse_systems.serving.placements`)."""
-    regions = w.get("point", {}).get("layout", {}).get("layout")
-    return f"{w['wafers_per_replica']} x {w['system']}" + (f" ({regions})" if regions else "")
+    """Wafers per replica, their regions' layout (banded or compact) and stage count, chosen
+    at each load with the placement (`wse_systems.serving.placements`)."""
+    layout = w.get("point", {}).get("layout", {})
+    regions, stages = layout.get("layout"), layout.get("stages")  # stages: searched (hunt 75)
+    said = ", ".join(x for x in (regions, stages and f"{stages} stages") if x)
+    return f"{w['wafers_per_replica']} x {w['system']}" + (f" ({said})" if said else "")
 
 
 def _first_token(point: dict) -> str:
@@ -137,9 +139,19 @@ def _admission(layout: dict) -> str:
     return duration(wait) if wait > 0 else "none"
 
 
+_NO_WINDOW = "none (one output token: the prompt's pass emits it)"
+
+
+def _per_user(speed: float | None) -> str:
+    """Tokens/s per user: "n/a" at one output token, no time between tokens (hunt 75)."""
+    return "n/a" if speed is None else f"{speed:,.4g}"
+
+
 def _window(layout: dict) -> str:
     """A user's output window: its tokens alone and the others' prompts' stalls (hunt 66)."""
     alone, stalls = layout["decode_alone_s"], layout["decode_stalls_s"]
+    if not layout["decode_s"]:
+        return _NO_WINDOW
     return (
         f"{duration(layout['decode_s'])} ({duration(alone)} alone + {duration(stalls)} "
         "stalled by others' prompts)"
@@ -192,13 +204,14 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
         ("operating point", *both("meets_speed", lambda ok: _how(plan, ok))),
         ("users in flight", *both("users", lambda u: f"{u:,}")),
         ("most users that fit", *both("max_users", lambda u: f"{u:,}")),
-        ("tokens/s per user", *both("tokens_per_s_per_user", lambda x: f"{x:,.4g}")),
+        ("tokens/s per user", *both("tokens_per_s_per_user", _per_user)),
         ("output tokens/s in all", *both("tokens_per_s", lambda x: f"{x:,.4g}")),
         ("prompt tokens/s in all", *both("input_tokens_per_s", lambda x: f"{x:,.4g}")),
         ("time to first token", _first_token(w["point"]), duration(g["ttft_s"])),
         ("of it, waiting to be admitted", *both("point", lambda p: _admission(p["layout"]))),
         ("first token to last", _window(w["point"]["layout"]),
-         duration(g["point"]["layout"]["decode_s"])),
+         duration(g["point"]["layout"]["decode_s"]) if g["point"]["layout"]["decode_s"]
+         else _NO_WINDOW),
         # hunt 69: the aggregate fell 11% at the last users that fit, where their KV cache
         # leaves the prompts smaller blocks, and no row said so
         ("prompts run in", _blocks(w["point"]["layout"]), _chunks(g["point"]["layout"])),
@@ -206,7 +219,7 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
         ("bound", *both("bound", str)),
         ("step floor (kernels)", "-", _floor(g["point"]["layout"])),
         ("replicas for the load", *both("replicas", str)),
-        ("energy per million tokens",
+        ("energy per million output tokens",
          *both("energy_kwh_per_million_tokens", lambda x: f"{x:.4g} kWh")),
         ("cost per million output tokens", *both("usd_per_million_tokens", _money)),
         ("hardware $/M input tokens", *both("usd_per_million_input_tokens", _money)),
@@ -231,7 +244,7 @@ def _frontier_table(plan):
     w, g = plan.wafer_frontier, plan.gpu_frontier
     t = Table(title=escape(f"frontiers of {w.units} x {w.system} and {g.units} x {g.system} "
                            "(Pareto points; * the chosen point)"))  # fmt: skip
-    for col in ("system", "users", "tokens/s per user", "tokens/s in all", "TTFT", "bound"):
+    for col in ("system", "users", "tokens/s per user", "output tokens/s in all", "TTFT", "bound"):
         t.add_column(col, justify="left" if col in ("system", "bound") else "right")
     for front, chosen in ((plan.wafer_frontier, plan.wafer_point),
                           (plan.gpu_frontier, plan.gpu_point)):  # fmt: skip
@@ -240,7 +253,7 @@ def _frontier_table(plan):
             p = points[u]
             mark = "*" if u == chosen.users else ""
             t.add_row(escape(front.system), f"{mark}{u:,}",
-                      f"{p.user_tokens_per_s:,.4g}", f"{p.aggregate_tokens_per_s:,.4g}",
+                      _per_user(p.user_tokens_per_s), f"{p.aggregate_tokens_per_s:,.4g}",
                       duration(p.ttft_s), p.bound)  # fmt: skip
     return t
 

@@ -279,7 +279,8 @@ def run_swe(spec: WaferSpec, cfg: SweConfig) -> SweRun:
     report = RunReport.build("swe", spec, phases, measured_wall_s=wall, units="timesteps",
                              traffic=traffic.scaled(steps), sram=grid.wafer.sram.summary(),
                              assumptions=assumptions(grid),
-                             extra=lambda t: {"grid": [n, n], "steps": steps, "dt": dt, "g": g, "cfl": cfl,
+                             extra=lambda t: {"grid": [n, n], "steps": steps, "dt": dt,
+                                    "g": g, "cfl": cfl,  # hunt 75: a report names them
                                     "predicted_s_per_step": t.leaf(one.name).seconds,
                                     "domain_translation": translate_domain})  # fmt: skip
     h = grid.gather(s1.h)[..., 0]

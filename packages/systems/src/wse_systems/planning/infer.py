@@ -102,20 +102,27 @@ class ServingPlan:
 def wafer_serving(
     config: Any, spec: WaferSpec, *, num_wafers: int | None, workload: sv.Workload,
     speculation: sv.Speculation | None = None, gemv: str = "sdk", bytes_per_param: int = 2,
+    stages: int | None = None,
 ) -> sv.WaferServing:  # fmt: skip
-    """The wafers' serving system on `num_wafers` (default: the fewest that hold the model,
-    its draft and one user), weights and KV of `bytes_per_param` bytes."""
+    """The wafers' serving system on `num_wafers` (default: the fewest that hold the model, its
+    draft and one user), `bytes_per_param` bytes a value, `stages` (None: searched) stages."""
+    if stages is not None and not 1 <= stages <= config.n_layers:  # hunt 75
+        raise PlanError(
+            f"--stages {stages}: the pipeline has 1 to {config.n_layers} layer "
+            f"stages (one a layer at most); give --stages in [1, {config.n_layers}]"
+        )
     if num_wafers and num_wafers > config.n_layers:  # the pipeline's "stages" error (hunt 57)
         raise PlanError(
             f"--wafers {num_wafers}: a replica holds at least one of the model's "
             f"{config.n_layers} layers on each wafer; give --wafers in [1, {config.n_layers}]"
         )
-    counts = [num_wafers] if num_wafers else range(1, config.n_layers + 1)
+    counts = [num_wafers] if num_wafers else range(1, (stages or config.n_layers) + 1)
     for n in counts:
         try:
             return sv.WaferServing(
                 config, spec, num_wafers=n, workload=workload, speculation=speculation,
-                regions=Regions(layout=None, gemv=gemv), bytes_per_param=bytes_per_param,
+                regions=Regions(stages=stages, layout=None, gemv=gemv),
+                bytes_per_param=bytes_per_param, search_stages=stages is None,
             )  # fmt: skip
         except PipelinePlanError:
             if num_wafers:
@@ -167,6 +174,11 @@ def _serve(
         "point": point.to_dict(),
         "users": point.users,
         "tokens_per_s_per_user": point.user_tokens_per_s,
+        # a user's time per output token (vLLM's TPOT, 1 / tokens/s per user); the side's
+        # `s_per_output_token` is the system's: 1 / output tokens/s in all (hunt 75)
+        # none at one output token: no time between tokens (vLLM's TPOT n/a; hunt 75), and
+        # `gpus_to_match` is then asked for any speed (0)
+        "tpot_s": None if point.user_tokens_per_s is None else 1.0 / point.user_tokens_per_s,
         "tokens_per_s": tok_s,
         "input_tokens_per_s": point.input_tokens_per_s,
         "ttft_s": point.ttft_s,
@@ -186,6 +198,11 @@ def _serve(
                       time_key="s_per_output_token")  # fmt: skip
 
 
+def _speed(point: sv.OperatingPoint) -> str:
+    """Tokens/s per user as printed: "n/a" at one output token (no time between tokens)."""
+    return "n/a" if point.user_tokens_per_s is None else f"{point.user_tokens_per_s:,.4g}"
+
+
 def _limits(speed: float | None, ttft: float | None) -> str:
     parts = [f"{speed:g} tokens/s per user" if speed else "", f"a first token in {ttft:g} s"
              if ttft else ""]  # fmt: skip
@@ -201,6 +218,7 @@ def plan_infer(
     target: Target = Target(),
     costing: Costing = Costing(),
     draft: Draft = Draft(),
+    stages: int | None = None,
 ) -> ServingPlan:
     """Serve `choice` on wafers and on GPUs at an operating point (module contract)."""
     spec, wafers, gemv, dtype = wafer
@@ -223,7 +241,7 @@ def plan_infer(
     grid = grid_note(spec)  # a wafer that does not repair is refused before any work
     speculation = speculation_of(draft, choice, work)
     ws = wafer_serving(cfg, spec, num_wafers=wafers, workload=work, speculation=speculation,
-                       gemv=gemv, bytes_per_param=bpp)  # fmt: skip
+                       gemv=gemv, bytes_per_param=bpp, stages=stages)  # fmt: skip
     shape = cfg
     m = gpus or _default_gpus(shape, g, work, speculation, gpu_precision)
     kw = dict(workload=work, fractions=gpu_step.GpuFractions(hbm_fraction, mfu),
@@ -241,8 +259,8 @@ def plan_infer(
     if not (w_ok or g_ok):
         raise PlanError(
             f"no system meets {_limits(min_user_tokens_per_s, max_ttft_s)}: {ws.units} x "
-            f"{ws.name} reach {wp.user_tokens_per_s:,.4g} tokens/s and a first token in "
-            f"{wp.ttft_s:.3g} s, {m} x {g.name} {gp.user_tokens_per_s:,.4g} tokens/s and "
+            f"{ws.name} reach {_speed(wp)} tokens/s and a first token in "
+            f"{wp.ttft_s:.3g} s, {m} x {g.name} {_speed(gp)} tokens/s and "
             f"{gp.ttft_s:.3g} s with one user"
         )
     per_day = tokens_per_day or wp.aggregate_tokens_per_s * DAY_S
@@ -253,7 +271,7 @@ def plan_infer(
                     {"gpus_per_replica": m, "max_users": gs.max_users, "meets_speed": g_ok,
                      "tp": gp.layout["tp"], "pp": gp.layout["pp"]})  # fmt: skip
     speed, both = sv.gpus_to_match(
-        shape, g, user_tokens_per_s=wp.user_tokens_per_s,
+        shape, g, user_tokens_per_s=wp.user_tokens_per_s or 0.0,
         aggregate_tokens_per_s=wp.aggregate_tokens_per_s, **kw,
     )  # fmt: skip
     inputs = {"wafers": ws.units, "gpus": m, "users": users, "tokens_per_day": per_day,
@@ -261,6 +279,7 @@ def plan_infer(
               "wafer": spec.name, "gpu": gpu.gpu, "workload": work.to_dict(),
               "hbm_fraction": hbm_fraction, "mfu": mfu, "gpu_precision": gpu_precision,
               "max_ttft_s": max_ttft_s, "gemv": gemv, "wafer_dtype": dtype_name(dtype),
+              "wafer_stages": stages,
               "wafer_bytes_per_param": bpp,
               "speculation": None if speculation is None else speculation.to_dict(),
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
@@ -268,6 +287,8 @@ def plan_infer(
     how = "users" if users else "limits" if min_user_tokens_per_s or max_ttft_s else "knee"
     notes = _notes(g, wafer, work, gpu._replace(hbm_fraction=hbm_fraction, mfu=mfu), days,
                    speculation) + [grid] + _wafer_notes(ws, wp)  # fmt: skip
+    if tp := gpu_step.tp_note(shape, g, m, gp.layout["tp"], gp.layout["pp"]):
+        notes.append(tp)  # hunt 75: tp 3, 5, 6, 7 were priced where the engines run none
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both}, notes,
@@ -333,8 +354,10 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "behind half the other users' prompts, within the period less the output alone; "
         "clients that send together reach it, spread arrivals wait less, so --max-ttft-s "
         "is safe and may admit fewer users than spread arrivals allow)",
-        "tokens/s per user: output tokens over the time from the first token to the last as "
-        "the user sees it (vLLM's and NVIDIA genai-perf's per-user output speed, 1 / TPOT), "
+        "tokens/s per user: the O - 1 output tokens after the first over the time from the "
+        "first token to the last as the user sees it (vLLM's and NVIDIA genai-perf's per-user "
+        "output speed, 1 / TPOT; n/a at one output token, which the prompt's pass emits: "
+        "both systems price O - 1 decode steps after it), "
         "the other users' work interleaved with it included (wafer: their prompt blocks' "
         "stalls; GPU: their prompt chunks in its rounds); requests paced by completions; "
         "when the busiest region is full, a new request waits to be admitted and the wait is "

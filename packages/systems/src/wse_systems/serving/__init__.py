@@ -4,9 +4,11 @@ the same way. Every request is P prompt and O output tokens on both systems; thr
 per-user speed, time to first token and cost include the prompt's work.
 
 - `frontier`: `Workload`, `Speculation`, `OperatingPoint` (output and input tokens/s, the
-  prompts' share of the time), `Frontier`, the `ServingSystem` protocol and the selections
-  every caller uses (`at_users`, `meeting` by per-user speed and/or time to first token,
-  `knee`), with Leviathan's tokens per round and speedup;
+  prompts' share of the time), `Frontier`, the `ServingSystem` protocol, with Leviathan's
+  tokens per round and speedup;
+- `selection`: the selections every caller uses (`at_users`, `meeting` by per-user speed
+  and/or time to first token: the most output among the loads that meet them, a queued
+  load meeting no speed; `knee`);
 - `blocks`: the one pricer of a decode token and a prompt block on the `wse_systems.pipeline`
   plan the inference engine runs (`wse_systems.decoder` and `PerfModel`);
 - `wafer`: `WaferServing`, users and their requests on the pipelined wafer(s), prompt blocks
@@ -27,15 +29,15 @@ from wse_systems.serving.frontier import (
     ServingSystem,
     Speculation,
     Workload,
-    at_users,
+    decode_steps,
     frontier,
-    knee,
     loads,
-    meeting,
     speculative_speedup,
     tokens_per_round,
+    user_speed,
 )
 from wse_systems.serving.gpus import GpuServing, gpus_to_match
+from wse_systems.serving.selection import at_users, knee, meeting, queued
 from wse_systems.serving.wafer import RequestWork, SramBudget, WaferServing
 
 __all__ = [
@@ -51,11 +53,14 @@ __all__ = [
     "WaferServing",
     "Workload",
     "at_users",
+    "decode_steps",
     "frontier",
     "gpus_to_match",
     "knee",
     "loads",
     "meeting",
+    "queued",
     "speculative_speedup",
     "tokens_per_round",
+    "user_speed",
 ]

@@ -32,18 +32,20 @@ class Curve:
 def draw_frontiers(ax: Any, curves: Sequence[Curve], *, title: str = "") -> None:
     """The curves on `ax` (see the module contract)."""
     for c in curves:
-        every = sorted(c.frontier.points, key=lambda p: p.users)
+        # a point of one output token has no per-user speed (None): not on the chart
+        every = [p for p in sorted(c.frontier.points, key=lambda p: p.users)
+                 if p.user_tokens_per_s is not None]  # fmt: skip
         xs = [p.user_tokens_per_s for p in every]
         ys = [p.aggregate_tokens_per_s for p in every]
         ax.plot(xs, ys, c.style, color=c.color, label=c.label, lw=1.2)
         ax.plot(xs, ys, ".", color=c.color, ms=4)
-        if c.chosen is not None:
+        if c.chosen is not None and c.chosen.user_tokens_per_s is not None:
             x, y = c.chosen.user_tokens_per_s, c.chosen.aggregate_tokens_per_s
             ax.plot(x, y, "*", color=c.color, ms=13, mec="black")
             ax.annotate(f"{c.chosen.users:,} users", (x, y), textcoords="offset points",
                         xytext=(6, 6), fontsize=7)  # fmt: skip
     ax.set(xscale="log", yscale="log", xlabel="tokens/s per user",
-           ylabel="tokens/s in all (one replica)")  # fmt: skip
+           ylabel="output tokens/s in all (one replica)")  # fmt: skip
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)

@@ -4,23 +4,9 @@ Contract. A serving system (`ServingSystem`: the wafers of `wse_systems.serving.
 GPUs of `wse_systems.serving.gpus`) answers `point(users)`: with `users` sequences in flight,
 an `OperatingPoint` of tokens/s per user, tokens/s in all, time to first token and what bounds
 it; `max_users` is the most that fit its memory. A `Frontier` is its points over loads
-(aggregate throughput against per-user speed: the chart a buyer compares). Three ways to
-pick a point, the same on both systems:
-
-- `at_users(system, n)`: n users in flight (the system refuses more than fit, with numbers);
-- `meeting(system, speed, max_ttft_s=)`: the largest load whose per-user speed is at least
-  `speed` and whose time to first token is at most `max_ttft_s` (either may be None; None
-  when no load meets them);
-- `knee(system)`: the load that maximises per-user speed x aggregate throughput (see it).
-
-`meeting` assumes nothing monotone of the curves (they are not where a system changes its
-layout, placement or prompt block with the load; hunt 73: a bisection found 52 users of
-Llama 3 8B within a first token of 22 ms where 123 met it), but bounds its work
-(`meeting_loads`): one user first (none is served faster, so a limit it misses is missed by
-every load), then a grid of loads from the most down (every load up to 64, then steps of
-3%), the largest grid load that meets, then every load between it and the grid load above
-it (which failed). Its resolution: a load that meets the limits with every grid load above
-it failing, more than 3% above the answer, is not seen.
+(aggregate throughput against per-user speed: the chart a buyer compares). The ways to pick
+a point, the same on both systems (`at_users`, `meeting`, `knee`), are
+`wse_systems.serving.selection`'s.
 
 An `OperatingPoint` counts whole requests: its output tokens/s, and the prompt tokens/s
 (`input_tokens_per_s`) that come with them, and the share of the system's time the prompts
@@ -30,10 +16,14 @@ request's first token, its output from the first token to the last as the user s
 other users' work interleaved with it included), and the period the busiest resource allows;
 each user sends its next request when the last completes, so a user's period is
 max(first token + output, capacity); when the capacity binds, a new request waits to be
-admitted (vLLM's waiting queue), so its first token takes the excess. Tokens/s per user is
-vLLM's and NVIDIA's (genai-perf's "output token throughput per user", 1 / TPOT): output
-tokens over the time from the first token to the last; tokens/s in all: users x output
-tokens per period.
+admitted (vLLM's waiting queue), so its first token takes the excess. The first token comes
+out of the prompt's pass, so a request of O output tokens has O - 1 decode steps after it
+(`decode_steps`; hunt 75: both systems priced O). Tokens/s per user is vLLM's and NVIDIA's
+(genai-perf's "output token throughput per user", 1 / TPOT, TPOT = ITL = (e2e - TTFT) /
+(O - 1)): the O - 1 tokens after the first over the time from the first token to the last;
+at O = 1 there is no such time and no such speed (None: JSON null, printed "n/a"; a speed
+limit is then met by any point, `user_speed`), and a request's time is its first token.
+Tokens/s in all: users x O per period, every output token, the first included.
 
 `Workload` is what each user asks: prompt and output tokens and the context held per user
 (default prompt + output); a decode step reads `kv_tokens` = prompt + output // 2 cached
@@ -65,13 +55,11 @@ __all__ = [
     "ServingSystem",
     "Frontier",
     "tokens_per_round",
+    "decode_steps",
+    "user_speed",
     "speculative_speedup",
     "loads",
     "frontier",
-    "at_users",
-    "meeting",
-    "meeting_loads",
-    "knee",
 ]
 
 
@@ -136,6 +124,21 @@ def check_workload(model: Any, workload: Workload, whose: str = "the model") -> 
     )
 
 
+def decode_steps(workload: Workload, tokens_per_step: float = 1.0) -> float:
+    """Decode steps (or speculative rounds of `tokens_per_step` tokens) a request takes after
+    its first token, which the prompt's pass emits: (O - 1) / E, none at O = 1 (vLLM's and
+    the speculative engine's `generate`: 31 tokens in the rounds after a 32-token request's
+    prefill)."""
+    return (workload.output_tokens - 1) / tokens_per_step
+
+
+def user_speed(point: OperatingPoint) -> float:
+    """A point's tokens/s per user for comparisons: inf where it has none (one output token:
+    no time between tokens, so any per-user speed is met and none is beaten)."""
+    s = point.user_tokens_per_s
+    return math.inf if s is None else s
+
+
 def tokens_per_round(alpha: float, gamma: int) -> float:
     """(1 - a^(g+1)) / (1 - a): tokens one speculative round emits at acceptance rate a."""
     if alpha >= 1.0:
@@ -178,11 +181,13 @@ class Speculation:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OperatingPoint:
-    """One load: `users` in flight, tokens/s per user and in all, time to first token (s),
-    the bound ("pipeline latency", "stage", "hbm", "compute", ...) and the layout."""
+    """One load: `users` in flight, tokens/s per user (the O - 1 tokens after the first over
+    the time from the first to the last; None at one output token) and in all, time to first
+    token (s), the bound ("pipeline latency", "region ...", "hbm", "compute", ...) and the
+    layout."""
 
     users: int
-    user_tokens_per_s: float
+    user_tokens_per_s: float | None
     aggregate_tokens_per_s: float
     ttft_s: float
     bound: str
@@ -199,7 +204,8 @@ class RequestTimes:
     """One request at a load (seconds), the same arithmetic on both systems: its first token
     when admitted at once (`ttft_s`: the prompt's pass and the wait for the item under way),
     its output from the first token to the last as the user sees it (`decode_s`: its own
-    decode steps and the others' work interleaved with them, at the period), and the period
+    O - 1 decode steps and the others' work interleaved with them, at the period; 0 at one
+    output token), and the period
     the busiest resource allows (`capacity_s`: every user's whole request through it once)."""
 
     ttft_s: float
@@ -231,8 +237,9 @@ class RequestTimes:
         """The operating point of `users` sending these requests (module docstring)."""
         period, o = self.period_s, workload.output_tokens
         out = users * o / period
+        speed = (o - 1) / self.decode_s if o > 1 else None  # no tokens after the first: n/a
         return OperatingPoint(
-            users=users, user_tokens_per_s=o / self.decode_s, aggregate_tokens_per_s=out,
+            users=users, user_tokens_per_s=speed, aggregate_tokens_per_s=out,
             input_tokens_per_s=out * workload.prompt_tokens / o,
             input_time_share=input_time_share, ttft_s=self.first_token_s, bound=bound,
             layout={**layout, "request_period_s": period, "decode_s": self.decode_s,
@@ -266,9 +273,7 @@ class Frontier:
 
     def pareto(self) -> tuple[OperatingPoint, ...]:
         """The points no other point beats on both per-user speed and aggregate throughput."""
-        fast_first = sorted(
-            self.points, key=lambda p: (-p.user_tokens_per_s, -p.aggregate_tokens_per_s)
-        )
+        fast_first = sorted(self.points, key=lambda p: (-user_speed(p), -p.aggregate_tokens_per_s))
         out, best = [], -math.inf
         for p in fast_first:
             if p.aggregate_tokens_per_s > best:
@@ -312,83 +317,3 @@ def frontier(system: ServingSystem, extra: tuple[int, ...] = ()) -> Frontier:
     """The system's points at `loads(system.max_users, extra)`."""
     points = tuple(system.point(u) for u in loads(system.max_users, extra))
     return Frontier(system.name, system.units, system.max_users, points)
-
-
-def at_users(system: ServingSystem, users: int) -> OperatingPoint:
-    """`users` in flight; more than fit is the system's ServingError (with its budget)."""
-    _whole("users", users)
-    return system.point(users)
-
-
-def _limits(speed: float | None, max_ttft_s: float | None) -> None:
-    for name, v in (("per-user speed", speed), ("time to first token", max_ttft_s)):
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise ServingError(f"a {name} limit must be a positive number, got {v!r}")
-
-
-_DENSE, _STEP = 64, 1.03  # meeting's grid: every load up to _DENSE, then steps of 3%
-
-
-def meeting_loads(max_users: int) -> list[int]:
-    """`meeting`'s grid, fewest first: every load up to 64, then each ceil(1.03 x) the last,
-    and `max_users`; about 64 + ln(max_users / 64) / ln(1.03) loads (238 of 13,589)."""
-    out = list(range(1, min(max_users, _DENSE) + 1))
-    while out[-1] < max_users:
-        out.append(min(max_users, math.ceil(out[-1] * _STEP)))
-    return out
-
-
-def meeting(
-    system: ServingSystem, speed: float | None = None, *, max_ttft_s: float | None = None
-) -> OperatingPoint | None:
-    """The largest load whose tokens/s per user is at least `speed` and whose time to first
-    token is at most `max_ttft_s` (None when no load meets them), to the grid's resolution:
-    one user first (None when it misses), then `meeting_loads` from the most down to the
-    largest grid load g that meets, then every load between g and the grid load above it.
-    At most 1 + len(meeting_loads(max_users)) + ceil(0.03 g) points are priced (module)."""
-    _limits(speed, max_ttft_s)
-    if speed is None and max_ttft_s is None:
-        raise ServingError("meeting needs a per-user speed, a time to first token, or both")
-
-    def met(users: int) -> OperatingPoint | None:
-        p = system.point(users)
-        fast = speed is None or p.user_tokens_per_s >= speed
-        return p if fast and (max_ttft_s is None or p.ttft_s <= max_ttft_s) else None
-
-    # hunt 73: a bisection took the curves as monotone (8B, a first token in 22 ms: 52 users
-    # found, 123 meet it); a scan of every load took up to 138 s (1B on 16 wafers)
-    if (one := met(1)) is None:
-        return None
-    grid = meeting_loads(system.max_users)
-    above = system.max_users + 1  # the grid load above the one that meets (failed)
-    for g in reversed(grid[1:]):
-        if (p := met(g)) is not None:
-            return next(filter(None, map(met, range(above - 1, g, -1))), p)
-        above = g
-    return next(filter(None, map(met, range(above - 1, 1, -1))), one)
-
-
-def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint:
-    """The load that maximises per-user speed x aggregate throughput: past it one user more
-    costs a larger fraction of per-user speed than it adds to throughput. On the wafer that
-    is where the pipeline fills; on GPUs where compute binds or the KV reads match the
-    weights'. Found from the frontier's best sample by a ternary search between its
-    neighbours (the product is unimodal in the load for both models, up to the steps of
-    ceil(users / replicas); hunt 67: on a flat top, a GPU step's kernel floor amortised over
-    the batch, those steps stopped the search below the best sample, which is kept)."""
-    front = front or frontier(system)
-
-    def score(users: int) -> float:
-        p = system.point(users)
-        return p.user_tokens_per_s * p.aggregate_tokens_per_s
-
-    us = [p.users for p in front.points]
-    i = max(range(len(us)), key=lambda j: score(us[j]))
-    lo, hi = us[max(0, i - 1)], us[min(len(us) - 1, i + 1)]
-    while hi - lo > 2:
-        m1, m2 = lo + (hi - lo) // 3, hi - (hi - lo) // 3
-        if score(m1) < score(m2):
-            lo = m1 + 1
-        else:
-            hi = m2
-    return system.point(max([*range(lo, hi + 1), us[i]], key=score))

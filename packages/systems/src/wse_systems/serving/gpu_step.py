@@ -80,6 +80,8 @@ __all__ = [
     "replica_sizes",
     "max_batch",
     "min_gpus",
+    "tp_ok",
+    "tp_note",
     "floor_s",
     "floor_note",
     "step",
@@ -235,16 +237,42 @@ def layout_for(num_gpus: int, gpu: GpuSpec) -> GpuLayout:
     return GpuLayout(tp, num_gpus // tp)
 
 
+def tp_ok(model: DecoderShape, tp: int) -> bool:
+    """Whether the engines shard `model`'s attention over `tp` GPUs (vLLM's check,
+    TensorRT-LLM's likewise): tp divides the attention heads, and the KV heads, or is a
+    multiple of them (each KV head then replicated on tp / KV heads GPUs)."""
+    heads, kv = model.n_heads, model.n_kv_heads
+    return heads % tp == 0 and (kv % tp == 0 if tp <= kv else tp % kv == 0)
+
+
 def replica_sizes(num_gpus: int, gpu: GpuSpec, model: DecoderShape) -> list[int]:
-    """Replica sizes that divide `num_gpus`: 1, 2, 4, 8, ... within a node (and the count
-    itself if it is one node or less), and whole nodes up to one stage per layer. At most
-    n_layers + 6 sizes whatever `num_gpus` is (the closed form of the layouts)."""
+    """Replica sizes of `num_gpus`: tp in 1, 2, 4, 8, ... within a node that the model's
+    heads allow (`tp_ok`; hunt 75: tp 3, 5, 6, 7 were priced for 32 heads and 8 KV heads),
+    dividing `num_gpus` past a node (within one, a replica of the largest with the GPUs left
+    idle), and whole nodes up to one stage per layer. At most n_layers + 6 sizes whatever
+    `num_gpus` is (the closed form of the layouts)."""
     node = gpu.gpus_per_node
-    small = {r for r in (1, 2, 4, 8, 16, 32) if r <= node and num_gpus % r == 0}
-    if num_gpus <= node:
-        small.add(num_gpus)
+    small = {r for r in (1, 2, 4, 8, 16, 32)
+             if r <= min(node, num_gpus) and tp_ok(model, r)
+             and (num_gpus <= node or num_gpus % r == 0)}  # fmt: skip
     whole = {node * k for k in range(1, model.n_layers + 1) if num_gpus % (node * k) == 0}
-    return sorted(small | whole)
+    return sorted(small | (whole if tp_ok(model, node) else set()))
+
+
+def tp_note(model: DecoderShape, gpu: GpuSpec, num_gpus: int, tp: int, pp: int) -> str | None:
+    """Why `num_gpus` GPUs within a node serve as replicas of tp x pp: the engines run no
+    tp group of them all (None past a node, or where they do)."""
+    whole = num_gpus & (num_gpus - 1) == 0 and tp_ok(model, num_gpus)  # a power of two
+    if num_gpus > gpu.gpus_per_node or whole:
+        return None
+    replicas, idle = divmod(num_gpus, tp * pp)
+    return (
+        f"{num_gpus} GPUs: tensor parallelism must divide the model's {model.n_heads} "
+        f"attention heads and its {model.n_kv_heads} KV heads or be a multiple of them "
+        f"(vLLM's and TensorRT-LLM's rule), in 1, 2, 4, ... up to a node of "
+        f"{gpu.gpus_per_node}: served as {replicas} x tp {tp} x pp {pp}"
+        + (f", {idle} GPU(s) idle" if idle else "")
+    )
 
 
 def _bytes(model, draft, precision: GpuPrecision, held_tokens: int) -> tuple[float, float]:

@@ -21,10 +21,12 @@ users' tokens go first, prompt chunks fill what is left, first come first served
   (vLLM puts the head on the last stage, longer by the head's share of the weights, ~1.5% for
   Llama 70B at pp 2: left out).
 - Steady state with m users in a micro-batch: a request is its first token (the round under
-  way when it is admitted, none at one user, then its prompt in chunks) and O / E rounds
-  (E tokens a round, `Speculation.tokens_per_round`; 1 without). The other m - 1 users'
+  way when it is admitted, none at one user, then its prompt in chunks, whose last emits the
+  first token) and (O - 1) / E rounds (E tokens a round, `Speculation.tokens_per_round`; 1
+  without; hunt 75: O / E priced a decode step past the last token,
+  `wse_systems.serving.frontier.decode_steps`). The other m - 1 users'
   prompts, (m - 1) P tokens a period, ride in the rounds of the request that are not its own
-  prompt's: the round under way and its O / E decode rounds, (m - 1) P / (O / E + 1) tokens
+  prompt's: the round under way and its R = (O - 1) / E decode rounds, (m - 1) P / (R + 1) tokens
   each (hunt 69: each of those rounds carried (m - 1) E P / O, so a period carried every
   other prompt 1 + E / O times: twice at one output token, where a second user cut the
   aggregate 29% and a longer output shortened the request), at most what the budget T leaves
@@ -33,20 +35,20 @@ users' tokens go first, prompt chunks fill what is left, first come first served
   budget cannot carry are not a limit on users but a queue (hunt 69: m (t + E P / O) <= T
   refused a second user of a 4,096-token prompt and one output token on an H100 whose
   memory holds 557). A period is then at least the rounds of T tokens that carry every
-  user's prompt and decode tokens, m (P + O t / E) / T full rounds (`RequestTimes`'
+  user's prompt and decode tokens, m (P + R t) / T full rounds (`RequestTimes`'
   capacity): the request waits to be admitted for the excess (vLLM's waiting queue).
 - Time to first token at m users: the prompt waits for the round under way (none at one
   user), then runs in chunks of T - (m - 1) t tokens riding in the other m - 1 users' rounds
   (the target's chunk in its step or verification, the draft's in the first draft step):
   ceil(P / chunk) rounds priced by `step`. Each user sends its next request as the last ends.
 - A request (`wse_systems.serving.frontier.RequestTimes`, the wafers' arithmetic too): its
-  first token, then O / E rounds that carry the other m - 1 users' prompt tokens (its own
+  first token, then R rounds that carry the other m - 1 users' prompt tokens (its own
   prompt ran in its first token: hunt 66). Every user in flight rides in each of the
   replica's steps and a request is admitted at the next step, so below the budget's capacity
   the replica's period is the request's own path and a GPU request waits for no more than
   the round under way (hunt 68: one user with a draft "waited to be admitted" 35 ms). Output
-  B O / period per replica, input P / O of that; per-user speed O over the period less the
-  first token.
+  B O / period per replica, input P / O of that; per-user speed O - 1 over the period less
+  the first token (none at O = 1).
 - The prompts' share of the system's time (`input_time_share`, for $/M input tokens): the
   period less its bare decode rounds (the rounds without prompt tokens), over the period:
   the request's first token and the others' prompt tokens in its rounds (at one user, its
@@ -55,14 +57,15 @@ users' tokens go first, prompt chunks fill what is left, first come first served
 
 `GpuServing(shape, gpu, num_gpus=M, workload=w, precision=, fractions=)` is a `ServingSystem`
 over M GPUs in replicas of every layout that can hold the model (tp in 1, 2, 4, 8 within a
-node; beyond a node tp = a node and pp <= layers whole nodes). At U users on R replicas, U mod
-R replicas serve ceil(U / R) users and the rest floor(U / R), each priced alone and summed
-(`layout_point`; per-user speed and first token their means over the requests, the slowest
-replica's beside them), and it takes the layout that serves them the most output tokens a
-second, the shortest request, admitted at once (`_layout_rank`). Layouts are enumerated, never
-GPU counts, so any M (1e18 included) is priced at once. `gpus_to_match` is the fewest GPUs
-that reach a per-user speed (one replica), and that speed together with an aggregate
-throughput.
+node, as the heads allow, `gpu_step.tp_ok`; beyond a node tp = a node and pp <= layers
+whole nodes; within a node, R = floor(M / size) with the rest idle). At U users on R
+replicas, U mod R replicas serve ceil(U / R) users and the rest floor(U / R), each priced
+alone and summed (`layout_point`; per-user speed and first token their means over the
+requests, the slowest replica's beside them), and it takes the layout that serves them the
+most output tokens a second, the shortest request, admitted at once (`_layout_rank`).
+Layouts are enumerated, never GPU counts, so any M (1e18 included) is priced at once.
+`gpus_to_match` is the fewest GPUs that reach a per-user speed (one replica), and that speed
+together with an aggregate throughput.
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ from wse_systems.serving.frontier import (
     Speculation,
     Workload,
     check_workload,
+    decode_steps,
+    user_speed,
 )
 from wse_systems.serving.gpu_step import (
     KERNEL,
@@ -94,6 +99,7 @@ from wse_systems.serving.gpu_step import (
     max_batch,
     replica_sizes,
     step,
+    tp_ok,
 )
 from wse_systems.transformer import DecoderShape
 
@@ -164,13 +170,13 @@ class GpuServing:
 
     @property
     def decode_rounds(self) -> float:
-        """Rounds of a request's output: O / E."""
-        return self.workload.output_tokens / self.tokens_per_round
+        """Rounds of a request's output after its first token: (O - 1) / E."""
+        return decode_steps(self.workload, self.tokens_per_round)
 
     def others_prefill(self, batch: int) -> float:
         """Prompt tokens of the other `batch` - 1 users a round of the request carries in
         steady state (the module docstring): (batch - 1) P over the round under way and the
-        O / E decode rounds, at most what the budget leaves beside the decode tokens."""
+        (O - 1) / E decode rounds, at most what the budget leaves beside the decode tokens."""
         if batch <= 1:
             return 0.0
         spread = (batch - 1) * self.workload.prompt_tokens / (self.decode_rounds + 1)
@@ -179,15 +185,15 @@ class GpuServing:
     @property
     def unqueued_users(self) -> int:
         """Users of a micro-batch whose decode tokens and the others' prompts, spread as
-        `others_prefill` spreads them, fit the budget: m t + (m - 1) q <= T, q = P / (O / E +
-        1) (at least one). Past it the prompts queue: the users decoding at once in a full
+        `others_prefill` spreads them, fit the budget: m t + (m - 1) q <= T, q = P / ((O - 1)
+        / E + 1) (at least one). Past it the prompts queue: the users decoding at once in a full
         system, the steady batch of a benchmark fed "at an infinite rate"."""
         q = self.workload.prompt_tokens / (self.decode_rounds + 1)
         return max(1, int((self.token_budget + q) // (self.step_tokens + q)))
 
     def capacity_s(self, layout: GpuLayout, batch: int) -> float:
         """The fewest seconds a period of `batch` users can take: their prompt and decode
-        tokens, batch (P + O t / E), in rounds of the budget's T tokens, each priced as a
+        tokens, batch (P + (O - 1) t / E), in rounds of the budget's T tokens, each priced as a
         full round of the batch's decode and T - batch t prompt tokens."""
         w, t = self.workload, self.step_tokens
         tokens = batch * (w.prompt_tokens + self.decode_rounds * t)
@@ -302,10 +308,10 @@ def _replicas_point(parts: list[tuple[int, OperatingPoint]], replicas: int) -> O
     batch first: output and prompt tokens/s summed; the first token and the request's times
     (`_MEAN_KEYS`) the means over the requests served (a load test's means: a user of the
     smaller batch completes more of them), per-user speed 1 / their mean time per output
-    token (vLLM's mean TPOT), so that users x output over the mean period stays the
-    aggregate (the module docstring of `wse_systems.serving.frontier`); the prompts' share of
-    the time the mean over the busy replicas (idle ones, fewer users than replicas, serve
-    neither); the bound, the batch and the slowest user's speed and first token
+    token (vLLM's mean TPOT; None at one output token), so that users x output over the
+    mean period stays the aggregate (the module docstring of `wse_systems.serving.frontier`);
+    the prompts' share of the time the mean over the busy replicas (idle ones, fewer users
+    than replicas, serve neither); the bound, the batch and the slowest user's speed and first token
     (`slowest_user_tokens_per_s`, `slowest_ttft_s`) the largest batch's replica's."""
     slow = parts[0][1]
     rates = [p.users / p.layout["request_period_s"] for _, p in parts]  # requests a second
@@ -326,7 +332,9 @@ def _replicas_point(parts: list[tuple[int, OperatingPoint]], replicas: int) -> O
     }
     return OperatingPoint(
         users=sum(p.users for _, p in parts),
-        user_tokens_per_s=1.0 / mean(lambda p: 1.0 / p.user_tokens_per_s),
+        # one batch, or no per-user speed (one output token): its own figure, unrounded
+        user_tokens_per_s=slow.user_tokens_per_s if len(parts) == 1 or
+        slow.user_tokens_per_s is None else 1.0 / mean(lambda p: 1.0 / p.user_tokens_per_s),
         aggregate_tokens_per_s=sum(p.aggregate_tokens_per_s for _, p in parts),
         ttft_s=mean(lambda p: p.ttft_s), bound=slow.bound, layout=layout,
         input_tokens_per_s=sum(p.input_tokens_per_s for _, p in parts),
@@ -341,7 +349,7 @@ def _layout_rank(p: OperatingPoint) -> tuple[bool, float, float]:
     request, first token and output (queued ones too: their period), then per-user speed.
     Hunt 73: per-user speed alone took 2 x tp 4 over tp 8 at 40 users (70B bf16, 8 x H100)
     for 0.7% more speed with 0.7% less output and 63 ms more to the first token."""
-    return p.layout["admission_wait_s"] == 0.0, p.aggregate_tokens_per_s, p.user_tokens_per_s
+    return p.layout["admission_wait_s"] == 0.0, p.aggregate_tokens_per_s, user_speed(p)
 
 
 def gpus_to_match(
@@ -355,8 +363,8 @@ def gpus_to_match(
     `serving`: the `GpuServing` keywords (workload, fractions with the kernel cost,
     speculation, precision)."""
     node = gpu.gpus_per_node
-    sizes = [r for r in (1, 2, 4, 8, 16, 32) if r < node]
-    sizes += [node * k for k in range(1, model.n_layers + 1)]
+    sizes = [r for r in (1, 2, 4, 8, 16, 32) if r < node and tp_ok(model, r)]
+    sizes += [node * k for k in range(1, model.n_layers + 1) if tp_ok(model, node)]
     speed, both = None, None
     for r in sizes:
         lay = layout_for(r, gpu)
@@ -364,14 +372,14 @@ def gpus_to_match(
             one = GpuServing(model, gpu, num_gpus=r, **serving)
         except GpuMemoryError:
             continue
-        if lay not in one.layouts or one.layout_point(lay, 1).user_tokens_per_s < user_tokens_per_s:
+        if lay not in one.layouts or user_speed(one.layout_point(lay, 1)) < user_tokens_per_s:
             continue
         speed = r if speed is None else speed
         lo, hi = 1, one.layouts[lay]  # the largest batch still fast enough
         while lo < hi:
             mid = (lo + hi + 1) // 2
             at = one.layout_point(lay, mid)  # a user queued for its first token is not served
-            ok = at.user_tokens_per_s >= user_tokens_per_s and at.layout["admission_wait_s"] == 0
+            ok = user_speed(at) >= user_tokens_per_s and at.layout["admission_wait_s"] == 0
             lo, hi = (mid, hi) if ok else (lo, mid - 1)
         per_replica = one.layout_point(lay, lo).aggregate_tokens_per_s
         total = r * math.ceil(aggregate_tokens_per_s / per_replica)

@@ -2,7 +2,8 @@
 
 Contract. `search(ws, users)` is the (placement, prompt block) a `WaferServing` serves
 `users` in: `served` over every layout's candidates (each head size of the ladder, or the
-placement asked or searched for speculation) in each block their free SRAM allows.
+placement asked or searched for speculation) in each block their free SRAM allows, in each
+stage count of `stage_counts` (hunt 75: one region per layer was the only count weighed).
 `best(candidates, users, output_tokens)` weighs `Candidate`s: each one's requests priced
 exactly (`exact()`, None where it does not hold the load) and, where known without
 planning, the same requests on `scaled` regions (`bound`); a candidate whose bound falls
@@ -37,6 +38,7 @@ from wse_systems.pipeline import PipelinePlan, PipelinePlanError, plan_pipeline
 from wse_systems.serving import blocks
 from wse_systems.serving.memo import frozen
 from wse_systems.serving.request import RequestWork
+from wse_systems.serving.stage_counts import stage_counts
 from wse_systems.token import ladder_plans
 
 __all__ = ["OUTPUT_TIE", "Candidate", "best", "fits", "scaled", "search", "served"]
@@ -152,20 +154,20 @@ def search(ws: Any, users: int) -> tuple[Placement, int]:
     o = ws.workload.output_tokens
     for trusted in (True, False):
         errors: list[PipelinePlanError] = []
-        made: dict[int, tuple] = {}  # id of a scaled plan -> (it, its layout, head rows)
+        made: dict[int, tuple] = {}  # id of a scaled plan -> (it, layout, stages, head rows)
         kept = made if trusted else None
-        weighed = [c for a in ws._layouts() for c in _candidates(ws, users, a, errors, kept)]
+        weighed = [c for a in _shapes(ws) for c in _candidates(ws, users, a, errors, kept)]
         chosen = best(weighed, users, o)
         if chosen is None or id(chosen[0][0]) not in made:
             break
-        bound, layout, rows = made[id(chosen[0][0])]
-        plans = _plan(ws, users, layout, rows)  # what the scaled regions stand for
+        bound, *shape, rows = made[id(chosen[0][0])]
+        plans = _plan(ws, users, tuple(shape), rows)  # what the scaled regions stand for
         if _same(ws, plans[0], bound):
             chosen = (plans, chosen[1])
             break
-    for layout in ws._layouts() if chosen is None else ():  # no ladder size holds them
+    for shape in _shapes(ws) if chosen is None else ():  # no ladder size holds them
         try:
-            plans = _plan(ws, users, layout)  # the regions by bytes
+            plans = _plan(ws, users, shape)  # the regions by bytes
         except PipelinePlanError as e:
             errors.append(e)
             continue
@@ -182,22 +184,29 @@ def _same(ws: Any, plan: PipelinePlan, bound: PipelinePlan) -> bool:
     return caps and blocks.priced_by(plan) == blocks.priced_by(bound)
 
 
-def _plan(ws: Any, users: int, layout: str, head_rows: int | None = None) -> Placement:
-    """(the target's plan, no draft) at `users` in `layout`, the head's rows as asked."""
-    asked = ws._asked(users, layout)
+def _shapes(ws: Any) -> list[tuple[str, int | None]]:
+    """Each (layout, stage count) the search weighs (`stage_counts`, the asked count first)."""
+    return [(a, s) for a in ws._layouts() for s in stage_counts(ws)]
+
+
+def _plan(ws: Any, users: int, shape: tuple, head_rows: int | None = None) -> Placement:
+    """(the target's plan, no draft) at `users` in `shape` (layout, stage count), the head's
+    rows as asked."""
+    asked = ws._asked(users, *shape)
     if head_rows is not None:
         asked["regions"] = dataclasses.replace(asked["regions"], head_rows=head_rows)
     return plan_pipeline(ws.config, ws.spec, bytes_per_param=ws.bytes_per_param, **asked), None
 
 
 def _candidates(
-    ws: Any, users: int, layout: str, errors: list, made: dict | None
+    ws: Any, users: int, shape: tuple, errors: list, made: dict | None
 ) -> list[Candidate]:
-    """The placements in `layout` to weigh at `users`: each head size of one user's ladder
-    (`token.ladder_plans`; more users hold the same or fewer), bounded by its regions
-    scaled to the load; the head's rows asked: that plan; speculation: the placement its
-    search prices shortest at this load (`speculative.place_speculative`, ranked by the
-    system's `_load`). A plan that does not hold them is no candidate, its error kept in
+    """The placements in `shape` (a layout, a stage count) to weigh at `users`: each head
+    size of one user's ladder (`token.ladder_plans`; more users hold the same or fewer),
+    bounded by its regions scaled to the load; the head's rows asked: that plan;
+    speculation: the placement its search prices shortest at this load
+    (`speculative.place_speculative`, ranked by the system's `_load`; the asked stages).
+    A plan that does not hold them is no candidate, its error kept in
     `errors`. `made` (a dict): a ladder entry is its regions scaled, unplanned, where they
     hold the load (`fits`), recorded in `made` for `search` to plan the one chosen."""
 
@@ -213,31 +222,34 @@ def _candidates(
         )
 
     if ws.speculation is not None or ws.head_rows is not None:
-        plan_fn = ws._speculative if ws.speculation is not None else functools.partial(_plan, ws)
-        return [Candidate(functools.partial(exact, functools.partial(plan_fn, users, layout)), [])]
-    if layout not in ws._ladders:
-        asked = ws._asked(1, layout)
-        ws._ladders[layout] = ladder_plans(ws.config, ws.spec, bytes_per_param=ws.bytes_per_param,
-                                           **asked)  # fmt: skip
+        plan_fn = functools.partial(_plan, ws)
+        if ws.speculation is not None:  # its placement search keeps the asked stages
+            plan_fn, shape = ws._speculative, shape[0]
+        return [Candidate(functools.partial(exact, functools.partial(plan_fn, users, shape)), [])]
+    if shape not in ws._ladders:
+        asked = ws._asked(1, *shape)
+        ws._ladders[shape] = ladder_plans(ws.config, ws.spec, bytes_per_param=ws.bytes_per_param,
+                                          **asked)  # fmt: skip
     out = []
-    for i, one in enumerate(ws._ladders[layout]):
+    for i, one in enumerate(ws._ladders[shape]):
         bound, rows = scaled(one, users), one.head.region.rows
-        works = [] if bound is None else _scaled_works(ws, layout, i, bound)
+        works = [] if bound is None else _scaled_works(ws, shape, i, bound)
         if made is not None and bound is not None:
-            made[id(bound)] = (bound, layout, rows)
+            made[id(bound)] = (bound, *shape, rows)
             held = ((bound, None), works) if fits(bound) else None
             out.append(Candidate(functools.partial(lambda h: h, held), works))
         else:
-            plan_fn = functools.partial(_plan, ws, users, layout, rows)
+            plan_fn = functools.partial(_plan, ws, users, shape, rows)
             out.append(Candidate(functools.partial(exact, plan_fn, (bound, works)), works))
     return out
 
 
-def _scaled_works(ws: Any, layout: str, i: int, plan: PipelinePlan) -> list[RequestWork]:
-    """The system's `_works` on ladder entry `i`'s regions scaled to a load: each block's
-    request kept by the regions and MeshGEMM caps it reads, whatever the load."""
+def _scaled_works(ws: Any, shape: tuple, i: int, plan: PipelinePlan) -> list[RequestWork]:
+    """The system's `_works` on ladder entry `i` of `shape`'s (layout, stage count) regions
+    scaled to a load: each block's request kept by the regions and MeshGEMM caps it reads,
+    whatever the load."""
     caps = blocks.block_caps(ws.config, plan)
-    base = (layout, i, frozen(caps["gemm_tokens"]))
+    base = (*shape, i, frozen(caps["gemm_tokens"]))
     cap = types.SimpleNamespace(max_block_tokens=caps["max_block_tokens"])  # its sizes:
     sizes = {min(k, ws.workload.prompt_tokens) for k in blocks.Pipeline.block_sizes(cap)}
     if any((base, k) not in ws._bounds for k in sizes):

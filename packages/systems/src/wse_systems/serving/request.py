@@ -14,7 +14,8 @@ of decode items, first come first served within each class; U users in a closed 
 - the output window D (hunt 72: the busiest element was taken never to idle; a
   discrete-event run of the policy served Llama 3 8B at 64 users with 1,024-token blocks
   38% of the output priced, at 16 users with the 32-token blocks chosen 80%). A decode unit
-  alone takes tau1 = decode_s / R (R units a request); U users' units cross the busiest
+  alone takes tau1 = decode_s / R (R = (O - 1) / E units a request: the prompt's pass emits
+  the first token, hunt 75); U users' units cross the busiest
   element one at a time, so in free flow a unit takes tau = max(tau1, U h*), h* that
   element's hold per unit. A prompt block holds an element far longer than a decode item
   and cannot be passed (prompts first, no preemption): a decode item that enters the
@@ -68,9 +69,20 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from wse_systems.serving.frontier import OperatingPoint, RequestTimes, Speculation, Workload
+from wse_systems.decoder import PER_TOKEN
+from wse_systems.serving.frontier import (
+    OperatingPoint,
+    RequestTimes,
+    Speculation,
+    Workload,
+    decode_steps,
+)
 
 __all__ = ["Pipes", "RequestWork", "request_work"]
+
+# the decode token's elements on the head region: its own, and the per-token group's (head
+# product, argmax, next embedding) that `wse_systems.serving.blocks` names by its phase
+_HEAD = ("head", PER_TOKEN)
 
 
 class Pipes(NamedTuple):
@@ -92,8 +104,9 @@ def request_work(
 ) -> RequestWork:
     """One request on `pipes`, its prompt in blocks of `block` tokens (at most the prompt):
     ceil(P / k) blocks on each model's prompt pipeline, the draft's alongside (the prompt's
-    pass: the longer), then O / E units (`wse_systems.serving.wafer`'s policy)."""
-    rounds = workload.output_tokens / (speculation.tokens_per_round if speculation else 1.0)
+    pass: the longer, which emits the first token), then (O - 1) / E units, none at O = 1
+    (`wse_systems.serving.frontier.decode_steps`; `wse_systems.serving.wafer`'s policy)."""
+    rounds = decode_steps(workload, speculation.tokens_per_round if speculation else 1.0)
     p, k = workload.prompt_tokens, min(block, workload.prompt_tokens)
     blocks = math.ceil(p / k)
     prompt = {n: blocks * s for n, s in pipes.target_prompt.occupancy_s(k).items()}
@@ -122,7 +135,8 @@ def request_work(
 class RequestWork:
     """One request on the pipeline (seconds): what it holds each element for, prompt and
     output together (`held_s`) and its prompt's part, its prompt pass and its decode alone,
-    in `units` decode units (output tokens, or speculative rounds)."""
+    in `units` decode units (the output tokens after the first, or speculative rounds; none
+    at one output token: then it holds the elements for its prompt alone)."""
 
     block: int
     held_s: Mapping[str, float]
@@ -139,7 +153,9 @@ class RequestWork:
 
     def unit_s(self, users: int) -> float:
         """tau: a decode unit in free flow, alone or one at a time through the busiest
-        element with `users` in flight."""
+        element with `users` in flight (0 without decode units)."""
+        if not self.units:
+            return 0.0
         per_unit = max(w - self.prompt_held_s.get(n, 0.0) for n, w in self.held_s.items())
         return max(self.decode_s, users * per_unit) / self.units
 
@@ -148,6 +164,8 @@ class RequestWork:
         lengthened by the prompts that catch the item while it waits (the module): the root
         of D = R tau + N (L - e tau) + min(U - 1 - N, (U - 1) D / T) Bp, T the
         period at D, by bisection (the right side rises with D, at a slope under one)."""
+        if not self.units:  # one output token: the prompt's pass emits it, no window
+            return 0.0
         tau, alone = self.unit_s(users), self.decode_s / self.units
         share = 1.0 if self.entry_s is None else self.entry_s / alone  # e
         frozen = min(users - 1, self.units * self.entries)
@@ -186,7 +204,7 @@ class RequestWork:
         holds longest."""
         name = max(self.prompt_held_s, key=self.prompt_held_s.__getitem__)
         big = self.prompt_held_s[name]
-        return big, (self.held_s[name] - big) / self.units
+        return big, (self.held_s[name] - big) / self.units if self.units else 0.0
 
     def times(self, users: int) -> RequestTimes:
         """The least first token (the prompt's pass, or the admission wait when full), the
@@ -208,7 +226,7 @@ class RequestWork:
         bare = self.units * self.unit_s(users)  # the same users' period without prompts
         point = times.point(
             users, workload, input_time_share=1.0 - bare / times.period_s,
-            bound="pipeline latency" if times.latency_bound else f"region {name}",
+            bound="pipeline latency" if times.latency_bound else _region(name, layout),
             layout={**layout, "bottleneck_s_per_request": work, "prompt_block_tokens": self.block,
                     "prompt_pass_s": self.prompt_s, "decode_alone_s": self.decode_s,
                     "decode_stalls_s": times.decode_s - self.decode_s,
@@ -220,3 +238,17 @@ class RequestWork:
                     "(wse_systems.serving.request)"},
         )  # fmt: skip
         return dataclasses.replace(point, ttft_s=self.first_s(users, times))
+
+
+def _region(name: str, layout: Mapping[str, Any]) -> str:
+    """The bound of a request that fills element `name`: its region, the head by that name
+    (hunt 75: "region per_token", a phase's name, was the bound where Llama 3.2 1B's output
+    fell 3,515 -> 1,173 tokens/s from 241 to 291 users, its head cut from 304 PE rows to 23)
+    with its rows, which the layer regions' weights and the users' KV cache leave it."""
+    draft, own = name.startswith("draft "), name.removeprefix("draft ")
+    if own not in _HEAD:
+        return f"region {name}"
+    if draft or layout.get("head_rows") is None:
+        return f"region {'draft ' if draft else ''}head"
+    return (f"region head: the layer regions' weights and the users' KV cache leave it "
+            f"{layout['head_rows']:,} PE rows")  # fmt: skip

@@ -60,7 +60,7 @@ passes between wafers). The pipeline:
 - speculation (`Speculation`): the placement and round of `wse_systems.serving.speculative`
   (the draft on the PE rows of every wafer, the target on the rest; a round is gamma draft
   tokens one after another then the target's pass over gamma + 1 tokens in blocks as a
-  prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; O / E rounds a request, D's units.
+  prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; (O - 1) / E rounds a request, D's units.
   The placement is searched at each load in each layout, priced by this model there.
 """
 
@@ -77,7 +77,7 @@ from wse_core.hw.spec import WaferSpec
 
 from wse_systems import token
 from wse_systems.pipeline import LAYOUTS, PipelinePlan, PipelinePlanError, Regions, plan_pipeline
-from wse_systems.serving import blocks, placements
+from wse_systems.serving import blocks, placements, stage_counts
 from wse_systems.serving import speculative as sp
 from wse_systems.serving.blocks import Pipeline, block_caps, price_pipeline, priced_by
 from wse_systems.serving.frontier import OperatingPoint, ServingError, Speculation, Workload
@@ -129,10 +129,11 @@ class WaferServing:
         speculation: Speculation | None = None,
         bytes_per_param: int = 2,
         regions: Regions = Regions(layout=None),
+        search_stages: bool = False,
     ) -> None:
         self.config, self.spec, self.workload = config, spec, workload
         self.speculation, self.bytes_per_param = speculation, bytes_per_param
-        self.stages = regions.stages  # layer regions of the target (default: one per layer)
+        self.stages, self.search_stages = regions.stages, search_stages  # `stage_counts`
         self.head_rows = regions.head_rows  # the head's rows (None: each load's, `placements`)
         self._asked_layout = regions.layout  # banded or compact (None: each load's best)
         self.gemv = regions.gemv  # the program each GEMV is priced as (`GEMV_PROGRAMS`)
@@ -143,10 +144,10 @@ class WaferServing:
         # what the module's caches share by (the model's rates: the constants it prices with)
         self._shared = (frozen(config), frozen(speculation), frozen(spec), num_wafers,
                         workload.held_tokens, workload.kv_tokens, bytes_per_param,
-                        frozen(self.model.rates))  # fmt: skip
+                        frozen(self.model.rates), search_stages)  # fmt: skip
         self._plans: dict[int, tuple[PipelinePlan, PipelinePlan | None]] = {}
         self._blocks: dict[int, int] = {}  # the prompt block each load's search chose
-        self._ladders: dict[str, list[PipelinePlan]] = {}  # each layout's, at one user
+        self._ladders: dict[tuple, list[PipelinePlan]] = {}  # each (layout, stages)'s, 1 user
         self._priced: dict[tuple[int, bool], tuple[Pipeline, Pipeline | None]] = {}
         self._points: dict[int, OperatingPoint] = {}
         self._by_layout: dict[tuple, Pipeline] = {}
@@ -185,10 +186,10 @@ class WaferServing:
                sp.decode_phases)  # fmt: skip
         return (self._shared, self.gemv, blocks.pricers(), own, *parts)
 
-    def _asked(self, users: int, layout: str | None) -> dict[str, Any]:
-        """The plan's keywords for `users` in flight (the target's regions in `layout`)."""
+    def _asked(self, users: int, layout: str | None, stages: int | None) -> dict[str, Any]:
+        """The plan's keywords for `users` in flight (the target's regions: `layout`, `stages`)."""
         return dict(num_wafers=self.units, context_len=self.workload.held_tokens, slots=users,
-                    regions=self._regions(layout))  # fmt: skip
+                    regions=dataclasses.replace(self._regions(layout), stages=stages))  # fmt: skip
 
     def _speculative(self, users: int, layout: str) -> tuple[PipelinePlan, PipelinePlan]:
         kv, bpp = self.workload.kv_tokens, self.bytes_per_param
@@ -197,13 +198,13 @@ class WaferServing:
             round=sp.RoundSetup(self.speculation.gamma, kv,
                                 lambda config, plan: self._price(config, plan, kv),
                                 self._load(users)),
-            **self._asked(users, layout),
+            **self._asked(users, layout, self.stages),
         )  # fmt: skip
 
-    def _holds(self, users: int, layout: str) -> bool:
-        """Whether `users` fit in `layout`: the regions by bytes hold them as the search's do
-        (hunt 68: each probe of `max_users` searched the ladders)."""
-        asked, bpp = self._asked(users, layout), self.bytes_per_param
+    def _holds(self, users: int, layout: str, stages: int | None) -> bool:
+        """Whether `users` fit in `layout` and `stages`: the regions by bytes hold them as the
+        search's do (hunt 68: each probe of `max_users` searched the ladders)."""
+        asked, bpp = self._asked(users, layout, stages), self.bytes_per_param
         try:
             if self.speculation is None:
                 plan_pipeline(self.config, self.spec, bytes_per_param=bpp, **asked)
@@ -218,20 +219,21 @@ class WaferServing:
     def max_users(self) -> int:
         """The most users whose KV caches fit beside the weights in the layout that holds
         the most (MAX_USERS at most; hunt 73: the layout of one user's fastest token)."""
-        return max(_MOST_USERS.get(self._key("most", self._regions(layout)),
-                                   functools.partial(self._most_users, layout))
-                   for layout in self._layouts())  # fmt: skip
+        counts = stage_counts.stage_counts(self)  # the stage counts searched (or the asked)
+        return max(_MOST_USERS.get(self._key("most", self._regions(layout), s),
+                                   functools.partial(self._most_users, layout, s))
+                   for layout in self._layouts() for s in counts)  # fmt: skip
 
-    def _most_users(self, layout: str) -> int:
-        if not self._holds(1, layout):
+    def _most_users(self, layout: str, stages: int | None) -> int:
+        if not self._holds(1, layout, stages):
             return 0
         lo = 1
-        while lo < MAX_USERS and self._holds(min(2 * lo, MAX_USERS), layout):
+        while lo < MAX_USERS and self._holds(min(2 * lo, MAX_USERS), layout, stages):
             lo = min(2 * lo, MAX_USERS)
         hi = min(2 * lo, MAX_USERS) - 1  # 2 lo failed (or lo is the cap)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if self._holds(mid, layout) else (lo, mid - 1)
+            lo, hi = (mid, hi) if self._holds(mid, layout, stages) else (lo, mid - 1)
         return lo
 
     def budget(self) -> SramBudget:
@@ -372,16 +374,14 @@ class WaferServing:
         return self._points[users]
 
     def _point(self, users: int) -> OperatingPoint:
-        """The point of the placement and block the search chose (`placements.served`; the
-        module docstring's policy)."""
-        plans = self.plans(users)
-        block = self._blocks.get(users)
+        """The point of the placement and block the search chose (`placements.served`)."""
+        plans, block = self.plans(users), self._blocks.get(users)  # the search sets the block
         if block is None:  # a placement set by hand: its own best block
             block = placements.served([(plans, w) for w in self._works(plans)], users,
                                       self.workload.output_tokens)[1].block  # fmt: skip
         best, token, plan = self.request(users, block), self.pipelines(users)[0], plans[0]
         return best.point(users, self.workload, regions=len(plan.stages) + 1, wafers=self.units,
-                          layout=plan.layout, token_s=token.token_s,
+                          layout=plan.layout, stages=len(plan.stages), token_s=token.token_s,
                           head_rows=plan.head.region.rows, **token.token_parts_s())  # fmt: skip
 
     def occupancy(self, users: int) -> dict[str, float]:

@@ -1,0 +1,164 @@
+"""Picking a serving system's operating point, the same on both systems.
+
+Contract. Three ways to pick a point of a `ServingSystem` (`wse_systems.serving.frontier`):
+
+- `at_users(system, n)`: n users in flight (the system refuses more than fit, with numbers);
+- `meeting(system, speed, max_ttft_s=)`: of the loads that meet the limits, the one that
+  serves the most output tokens/s in all (the fewer users where two tie; never a load that
+  another meeting load beats on output, per-user speed and first token together), None when
+  no load meets them. A load meets a per-user speed `speed` when its tokens/s per user is at
+  least `speed` and its requests are admitted at once (`queued` is false: a queued point's
+  per-user speed leaves out its wait to be admitted, as `gpus_to_match` refuses it), and a
+  first-token limit `max_ttft_s` when its time to first token (the wait included) is at most
+  it (either limit may be None; at one output token no load has a per-user speed, and every
+  load meets one: `frontier.user_speed`);
+- `knee(system)`: the load that maximises per-user speed x aggregate throughput (see it).
+
+Why (hunt 75): `meeting` took the largest load meeting a speed, and a queued, saturated load
+looks fast (its speed leaves out the wait): Llama 3 8B on a CS-3 at 120 tokens/s a user took
+156 users, 18,440 tokens/s in all and a first token in 760 ms, where 128 users served 20,410
+tokens/s at 160 tokens/s a user in 588 ms; on 8 x H100 13 tokens/s a user took 3,590 queued
+users, a first token in 23 s.
+
+`meeting` assumes nothing monotone of the curves (they are not where a system changes its
+layout, placement or prompt block with the load; hunt 73), but bounds its work: one user
+first (none is served faster nor sooner, so a limit it misses is missed by every load), then
+every load of a grid (`meeting_loads`: every load up to 64, then steps of 3%) and the
+frontier's loads (`frontier.loads`), then every load between the grid's neighbours of the
+best found (past 64 loads, a finer grid about the best, in turn). Its resolution: a load
+better than the best grid load, more than 3% from it, is not seen.
+"""
+
+from __future__ import annotations
+
+import math
+
+from wse_systems.serving.frontier import (
+    Frontier,
+    OperatingPoint,
+    ServingError,
+    ServingSystem,
+    _whole,
+    frontier,
+    loads,
+    user_speed,
+)
+
+__all__ = ["at_users", "meeting", "meeting_loads", "knee", "queued", "TIE"]
+
+TIE = 1e-9  # output tokens/s within this fraction of the most tie (rounding, a full system)
+
+
+def at_users(system: ServingSystem, users: int) -> OperatingPoint:
+    """`users` in flight; more than fit is the system's ServingError (with its budget)."""
+    _whole("users", users)
+    return system.point(users)
+
+
+def queued(point: OperatingPoint) -> bool:
+    """Whether a new request at `point` waits to be admitted (the busiest resource full):
+    its per-user speed leaves that wait out, so it meets no speed (`meeting`)."""
+    return point.layout.get("admission_wait_s", 0.0) > 0.0
+
+
+def _limits(speed: float | None, max_ttft_s: float | None) -> None:
+    for name, v in (("per-user speed", speed), ("time to first token", max_ttft_s)):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise ServingError(f"a {name} limit must be a positive number, got {v!r}")
+
+
+_DENSE, _STEP = 64, 1.03  # meeting's grid: every load up to _DENSE, then steps of 3%
+
+
+def meeting_loads(max_users: int) -> list[int]:
+    """`meeting`'s grid, fewest first: every load up to 64, then each ceil(1.03 x) the last,
+    and `max_users`; about 64 + ln(max_users / 64) / ln(1.03) loads (238 of 13,589)."""
+    out = list(range(1, min(max_users, _DENSE) + 1))
+    while out[-1] < max_users:
+        out.append(min(max_users, math.ceil(out[-1] * _STEP)))
+    return out
+
+
+def beats(a: OperatingPoint, b: OperatingPoint) -> bool:
+    """Whether `a` is at least as good as `b` in output tokens/s in all, tokens/s per user
+    and time to first token, and better in one."""
+    ge = (a.aggregate_tokens_per_s >= b.aggregate_tokens_per_s
+          and user_speed(a) >= user_speed(b) and a.ttft_s <= b.ttft_s)  # fmt: skip
+    return ge and (a.aggregate_tokens_per_s > b.aggregate_tokens_per_s
+                   or user_speed(a) > user_speed(b) or a.ttft_s < b.ttft_s)  # fmt: skip
+
+
+def _best(points: list[OperatingPoint]) -> OperatingPoint:
+    """The most output tokens/s in all (within `TIE` a tie); of the tied, those no other tied
+    point `beats`, the fewest users."""
+    most = max(p.aggregate_tokens_per_s for p in points)
+    tied = [p for p in points if p.aggregate_tokens_per_s >= (1.0 - TIE) * most]
+    return min((p for p in tied if not any(beats(q, p) for q in tied)), key=lambda p: p.users)
+
+
+def meeting(
+    system: ServingSystem, speed: float | None = None, *, max_ttft_s: float | None = None
+) -> OperatingPoint | None:
+    """Of the loads meeting the limits (the module: a speed only unqueued), the one serving
+    the most output tokens/s (`_best`), None when none meets them: one user first (None when
+    it misses), then every load of `meeting_loads` and `frontier.loads`, then every load
+    between the grid's neighbours of the best (past 64 of them, 64 evenly spaced, then as many
+    about the best, closer in). At most len(meeting_loads(max_users)) + log2(max_users) + 1
+    points are priced, and then ceil(0.07 b) for b the load chosen, up to about 900; past it
+    64 a tenfold finer step."""
+    _limits(speed, max_ttft_s)
+    if speed is None and max_ttft_s is None:
+        raise ServingError("meeting needs a per-user speed, a time to first token, or both")
+    found: dict[int, OperatingPoint | None] = {}
+
+    def met(users: int) -> OperatingPoint | None:
+        if users not in found:
+            p = system.point(users)
+            fast = speed is None or (user_speed(p) >= speed and not queued(p))
+            found[users] = p if fast and (max_ttft_s is None or p.ttft_s <= max_ttft_s) else None
+        return found[users]
+
+    if met(1) is None:
+        return None
+    grid = meeting_loads(system.max_users)
+    for u in sorted({*grid, *loads(system.max_users)}):
+        met(u)
+    b = _best([p for p in found.values() if p is not None]).users
+    i = max(j for j, g in enumerate(grid) if g <= b)  # the grid's neighbours of b
+    low, high = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
+    while high - low > 1:  # every load between them, or 64 evenly spaced and closer in
+        step = max(1, (high - low) // _DENSE)
+        for u in range(low + step, high, step):
+            met(u)
+        b = _best([p for p in found.values() if p is not None]).users
+        if step == 1 or not low < b < high:
+            break
+        low, high = max(low, b - step), min(high, b + step)
+    return _best([p for p in found.values() if p is not None])
+
+
+def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint:
+    """The load that maximises per-user speed x aggregate throughput: past it one user more
+    costs a larger fraction of per-user speed than it adds to throughput. On the wafer that
+    is where the pipeline fills; on GPUs where compute binds or the KV reads match the
+    weights'. Found from the frontier's best sample by a ternary search between its
+    neighbours (the product is unimodal in the load for both models, up to the steps of
+    ceil(users / replicas); hunt 67: on a flat top, a GPU step's kernel floor amortised over
+    the batch, those steps stopped the search below the best sample, which is kept)."""
+    front = front or frontier(system)
+
+    def score(users: int) -> float:
+        p = system.point(users)  # one output token, no per-user speed: the output alone
+        speed = 1.0 if p.user_tokens_per_s is None else p.user_tokens_per_s
+        return speed * p.aggregate_tokens_per_s
+
+    us = [p.users for p in front.points]
+    i = max(range(len(us)), key=lambda j: score(us[j]))
+    lo, hi = us[max(0, i - 1)], us[min(len(us) - 1, i + 1)]
+    while hi - lo > 2:
+        m1, m2 = lo + (hi - lo) // 3, hi - (hi - lo) // 3
+        if score(m1) < score(m2):
+            lo = m1 + 1
+        else:
+            hi = m2
+    return system.point(max([*range(lo, hi + 1), us[i]], key=score))
