@@ -68,7 +68,8 @@ def test_local_files_load_through_datasets(tmp_path, kind):
     docs = [f"document {i}\nsecond line {i}" for i in range(40)]
     path = tmp_path / f"data.{kind}"
     if kind == "txt":
-        for i, d in enumerate(docs):  # one document per file
+        docs = [d.replace("\n", " ") for d in docs]  # a .txt is a document a line (hunt 75)
+        for i, d in enumerate(docs):
             (tmp_path / f"d{i:02d}.txt").write_text(d)
         path = tmp_path
     elif kind == "jsonl":

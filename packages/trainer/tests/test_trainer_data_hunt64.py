@@ -109,14 +109,14 @@ def _text(path: Path, n_bytes: int) -> Path:
 
 @pytest.mark.parametrize("section", ["train_input", "eval_input"])
 def test_a_text_file_past_max_corpus_bytes_is_refused_up_front(tmp_path, section):
-    big = _text(tmp_path / "giant" / "a.txt", 20_000)
+    big = _text(tmp_path / "giant" / "a.md", 20_000)  # one document (a .txt: a line each)
     args = [f"{s}.data_dir={big.parent}" for s in ("train_input", "eval_input")]
     before = _files(tmp_path)
     refused_in_one_line(
         ROOT,
         _train(tmp_path, *args, f"{section}.max_corpus_bytes=10000", mode="train_and_eval"),
         f"Error: data file '{big}' is 20,000 bytes, past {section}.max_corpus_bytes=10,000 (the "
-        "most text the split reads; a text file is one document, read whole); split it into "
+        "most text the split reads; a .py or .md file is one document, read whole); split it into "
         f"files of at most 10,000 bytes, or raise {section}.max_corpus_bytes",
     )
     assert _files(tmp_path) == before

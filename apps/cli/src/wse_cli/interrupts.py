@@ -34,9 +34,10 @@ run` leaving its lock in a folder it had made): `install()` takes them where the
 default action (nohup's ignored SIGHUP stays ignored), and the handler raises `Stopped` in
 the main thread, so every `finally` on the way out cleans up (a `.part` removed, a lock
 released, a trajectory kept); not a KeyboardInterrupt, so no command mistakes it for a
-Ctrl-C. The line is `stopped by SIGTERM` (`described()`), and the process then ends by the
-signal itself (`leave`: its default action once the cleanups ran), so a shell sees 143 / 129
-and a parent (`wse launch`, SLURM) sees a process killed by it. A command stops when the main
+Ctrl-C; a second stop signal while they run ends the process at once (`leave`: hunt 75). The
+line is `stopped by SIGTERM` (`described()`), and the process then ends by the signal itself
+(`leave`: its default action once the cleanups ran), so a shell sees 143 / 129 and a parent
+(`wse launch`, SLURM) sees a process killed by it. A command stops when the main
 thread next runs Python: a long XLA compile or call finishes first (as for Ctrl-C).
 
 Imports nothing heavy: `wse --help` runs through here (its 0.3 s budget).
@@ -123,10 +124,10 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if not _signum:
         _signum.append(signum)
     _requested.set()
-    if signum != signal.SIGINT:  # a second stop signal waits while the first cleans up
-        for s in STOP_SIGNALS:
+    if signum != signal.SIGINT:  # a second stop signal ends the process while the first
+        for s in STOP_SIGNALS:  # cleans up (hunt 75: SLURM's, timeout's, were only recorded)
             if signal.getsignal(s) is _on_signal:
-                signal.signal(s, _record)
+                signal.signal(s, _leave_now)
     if in_finalizer(frame):  # raised here, it would be lost ("Exception ignored in ...")
         _raise_outside(frame)
         return
@@ -250,7 +251,7 @@ def uninstall() -> None:
     _disarm()
     if _previous:
         for s, before in _previous["handlers"].items():
-            if signal.getsignal(s) in (_on_signal, _record):
+            if signal.getsignal(s) in (_on_signal, _record, _leave_now):
                 signal.signal(s, before)
         if sys.unraisablehook is _unraisable:
             sys.unraisablehook = _previous["unraisablehook"]

@@ -29,7 +29,7 @@ from wse_core.host.readers import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
 
 from wse_trainer import modelzoo_keys
-from wse_trainer.modelzoo_keys import MODELZOO_KEYS, Written, moved, moved_problem, same
+from wse_trainer.modelzoo_keys import MODELZOO_KEYS, Written, hint, moved, moved_problem, same
 from wse_trainer.optimizer_names import (
     OPTIMIZER_NAMES,
     READ_BY,
@@ -219,7 +219,7 @@ def _section(name: str, data: Any, written: Mapping[str, Written]) -> Any:
     for key, value in data.items():
         if key not in fields:
             raise ConfigError(
-                f"unknown key {name}.{shown(key, quote=False)}{suggest(str(key), fields)}; "
+                f"unknown key {name}.{shown(key, quote=False)}{hint(name, key, fields)}; "
                 f"valid keys: {', '.join(sorted(fields))}"
             )
         if cls is OptimizerConfig and key == "learning_rate" and isinstance(value, list | dict):
@@ -246,8 +246,8 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
 def _config(data: Mapping[str, Any], written: Mapping[str, Written]) -> TrainConfig:
     """The TrainConfig of a mapping in our keys; `written`: its settings given ModelZoo's way."""
     if unknown := [k for k in data if k not in SECTIONS]:
-        hint = suggest(str(unknown[0]), SECTIONS)
-        raise ConfigError(f"unknown section {unknown[0]!r}{hint}; sections: {', '.join(SECTIONS)}")
+        why = hint("", unknown[0], SECTIONS)
+        raise ConfigError(f"unknown section {unknown[0]!r}{why}; sections: {', '.join(SECTIONS)}")
     sections = {name: _section(name, data.get(name), written) for name in SECTIONS}
     return TrainConfig(**default_splits(sections, data))
 
@@ -265,7 +265,7 @@ def _parse_override(item: str) -> tuple[str, str, Any]:
     section, key = path.split(".", 1)
     if section not in SECTIONS:
         raise ConfigError(
-            f"unknown section {section!r} in override {item!r}{suggest(section, SECTIONS)}"
+            f"unknown section {section!r} in override {item!r}{hint('', section, SECTIONS)}"
         )
     try:
         value = load_yaml(raw, f"override {item!r}", spec_loader())
@@ -329,11 +329,11 @@ def _known_key(section: str, key: str, item: str) -> None:
 
         cls, keys = wse_models.ModelConfig, ["preset"]
     keys += sorted(f.name for f in dataclasses.fields(cls) if f.name != "name")
-    keys += [k for s, k in MODELZOO_KEYS if s == section]  # moved to ours (`_overridden`)
-    if key not in keys:
+    zoo = [k for s, k in MODELZOO_KEYS if s == section]  # moved to ours, listed as ours
+    if key not in keys + zoo:
         raise ConfigError(
-            f"unknown key {section}.{shown(key, quote=False)}{suggest(key, keys)} in override "
-            f"{shown(item)}; valid keys: {', '.join(keys)}"
+            f"unknown key {section}.{shown(key, quote=False)}{hint(section, key, keys)} in "
+            f"override {shown(item)}; valid keys: {', '.join(keys)}"
         )
 
 

@@ -1,7 +1,8 @@
 """Data: the corpus, a byte-level BPE tokenizer, packing and a checkpointable iterator.
 
-- `corpus_texts(input_config)` reads the documents of local text files (each file whole, as
-  `datasets`' text builder reads a document) and JSON files (record by record,
+- `corpus_texts(input_config)` reads the documents of local text files (a line each, as
+  `datasets`' text builder reads them; .py and .md files whole: `hf_data.by_line`), folders
+  `save_to_disk` wrote (`hf_data.load_saved`) and JSON files (record by record,
   `wse_trainer.json_data`) itself, in one pass within the split's `max_corpus_bytes`; Parquet
   files and dataset names through HF `datasets`; for `data_dir: stdlib`, the Python standard
   library's own source files (present on every machine, different in each Python version).
@@ -36,6 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from wse_trainer import hf_data
 from wse_trainer.config import ConfigError, InputConfig
 from wse_trainer.data_files import check_data_dir, data_files, unreadable_parquet
 from wse_trainer.json_data import PAST, json_records, past_budget, record_text
@@ -71,11 +73,13 @@ def _load_documents(cfg: InputConfig) -> list[str]:
             )
         if cfg.split != "all":  # split as it is read, by the whole library's marks
             files = [f for f in files if (f in stdlib_eval()) == (cfg.split == "eval")]
-        return _text_documents(files, cfg)
+        return _text_documents(files, cfg, whole=True)
     found = data_files(cfg.data_dir)
     if found is None:
         return _texts(_named_dataset(cfg), cfg)
     builder, files = found
+    if builder == "saved":
+        return _texts(hf_data.load_saved(cfg), cfg)
     if builder == "text":
         return _text_documents(files, cfg)
     if builder == "json":
@@ -99,8 +103,10 @@ def _named_dataset(cfg: InputConfig):
     import datasets
 
     datasets.disable_progress_bars()
+    hf_data.check_name(str(cfg.data_dir), "train_input" if cfg.split != "eval" else "eval_input")
     try:
-        return datasets.load_dataset(str(cfg.data_dir), split="train")
+        with hf_data.quiet():  # hunt 75: 11 lines of retries before the one line
+            return datasets.load_dataset(str(cfg.data_dir), split="train")
     except (OSError, ValueError, ConnectionError) as e:  # not found, offline, bad
         why = " ".join(str(e).split())[:200]
         raise ConfigError(
@@ -127,20 +133,28 @@ class _Kept:
         return False
 
 
-def _text_documents(files: list[str], cfg: InputConfig) -> list[str]:
-    """Each file one document, read in text mode (a CRLF read as LF, as `datasets` reads
-    it); empty files are no document. A file is opened only while the cap is not reached
-    (hunt 64: `datasets` read every file it was given whole)."""
+def _text_documents(files: list[str], cfg: InputConfig, *, whole: bool = False) -> list[str]:
+    """The documents of text files read in text mode (a CRLF or CR read as LF, as `datasets`
+    reads them): a line each, its "\n" dropped (`datasets`' text builder's rows, hunt 75: a
+    .txt was one document), or each file whole (`whole`, .py and .md: `hf_data.by_line`);
+    empty ones are no document, as `_texts` skips a dataset's empty rows. A file is read only
+    while the cap is not reached (hunt 64: `datasets` read every file it was given whole)."""
     kept = _Kept(cfg)
     for path in files:
         try:
             with open(path, encoding="utf-8") as f:
-                text = f.read()
+                if whole or not hf_data.by_line(path):
+                    docs = ((f.read(), f"data file {path!r}"),)
+                else:
+                    docs = (
+                        (t.rstrip("\n"), f"data file {path!r} line {n}") for n, t in enumerate(f, 1)
+                    )
+                for text, where in docs:
+                    if text and kept.full(text, where):
+                        return kept.docs
         except (OSError, UnicodeDecodeError) as e:  # changed since `check_data_dir`
             why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e.reason})"
             raise ConfigError(f"data file {path!r} cannot be read: {why}") from None
-        if text and kept.full(text, f"data file {path!r}"):
-            break
     return kept.docs
 
 
@@ -222,7 +236,7 @@ def corpus_texts(cfg: InputConfig) -> list[str]:
     if cfg.split == "all":
         return docs
     picked = docs  # stdlib: split as it was read
-    if cfg.data_dir != "stdlib":
+    if cfg.data_dir != "stdlib" and not hf_data.own_split(cfg):  # a DatasetDict's own split
         marks = held_out([len(d.encode()) for d in docs])
         picked = [d for d, m in zip(docs, marks, strict=True) if m == (cfg.split == "eval")]
     if not picked and cfg.data_dir == "stdlib":  # its few files there are the other split's

@@ -6,9 +6,9 @@ names a dataset. `check_data_dir(cfg, name)` refuses, each in one line naming th
 path that is not there or not a regular file (a FIFO would block the reader), a folder
 without data files or holding ModelZoo's HDF5 shards (token ids: hunt 69), text or JSON that
 is empty, UTF-16 or UTF-32 (a BOM, or every other byte NUL: the iconv that converts it),
-binary (a NUL byte) or not UTF-8 (the byte and its offset), a text file past the split's
-`max_corpus_bytes` (a file is one document, read and tokenized whole: hunt 64, one 24 MB file
-took 6.8 GB) or a JSON array past what it reads, a .parquet file without Parquet's magic
+binary (a NUL byte) or not UTF-8, a .py or .md file past `max_corpus_bytes` (one document,
+read whole: hunt 64, 24 MB took 6.8 GB), a JSON array past what it reads, a save_to_disk folder
+that does not load or a name no Hub can give (`hf_data`), a .parquet file without Parquet's magic
 bytes or whose footer does not parse (hunt 64: pyarrow's traceback), a first JSON record or
 a Parquet schema without `text_key` (hunt 69), JSON nested deeper than `json_depth`, a
 record of more fields than `json_fields` or records naming more distinct fields in all than
@@ -27,7 +27,7 @@ from pathlib import Path
 from wse_core.host.limits import lift, limit
 from wse_core.host.readers import not_regular
 
-from wse_trainer import json_data
+from wse_trainer import hf_data, json_data
 from wse_trainer.config import ConfigError, InputConfig
 
 __all__ = [
@@ -125,8 +125,10 @@ def _too_many(folder: Path, files: bool, entries: bool) -> ConfigError:
 
 
 def data_files(data_dir: str | list[str]) -> tuple[str, list[str]] | None:
-    """(builder, files) for local paths, or None when `data_dir` is a dataset name; a list's
-    files in real-path order whatever the order it names them in (hunt 70)."""
+    """(builder, files) for local paths ("saved", [folder] for a save_to_disk folder), or None
+    when `data_dir` is a dataset name; a list's files in real-path order (hunt 70)."""
+    if isinstance(data_dir, str) and hf_data.saved_dataset(data_dir):
+        return "saved", [data_dir]
     entries = [data_dir] if isinstance(data_dir, str) else list(data_dir)
     files: list[str] = []
     for entry in entries:
@@ -172,9 +174,8 @@ def repeated_entries(data_dir: str | list[str]) -> list[tuple[str, str]]:
 
 
 def _size(path: str) -> int:
-    """The bytes of the regular file `path`; ConfigError for anything else: a FIFO would
-    block the reader (hunt 60: one in a data folder hung `wse train`), and a folder, a
-    dangling link or a link loop cannot be read (they were tracebacks)."""
+    """The bytes of the regular file `path`; ConfigError for anything else (a FIFO would block
+    the reader, hunt 60; a folder, a dangling link or a link loop were tracebacks)."""
     try:
         st = os.stat(path)
     except OSError as e:
@@ -331,11 +332,10 @@ def unreadable_parquet(path: str, error: BaseException) -> ConfigError:
 
 
 def _past_cap(path: str, size: int, cap: int, name: str) -> ConfigError:
-    """A text file is one document, read and tokenized whole (~280 bytes of memory per byte:
-    hunt 64's 24 MB file took 6.8 GB), so one past the split's cap cannot keep to it."""
+    """A .py or .md file past the cap: one document, read whole (hunt 64: 24 MB took 6.8 GB)."""
     return ConfigError(
         f"data file {path!r} is {size:,} bytes, past {name}.max_corpus_bytes={cap:,} (the "
-        "most text the split reads; a text file is one document, read whole); split it "
+        "most text the split reads; a .py or .md file is one document, read whole); split it "
         f"into files of at most {cap:,} bytes, or raise {name}.max_corpus_bytes"
     )
 
@@ -360,10 +360,11 @@ def check_data_dir(cfg: InputConfig, name: str = "train_input") -> None:
     dataset's name is checked when it is loaded."""
     if cfg.data_dir == "stdlib":
         return
-    found = data_files(cfg.data_dir)
-    if found is None:
-        return
+    if (found := data_files(cfg.data_dir)) is None:
+        return hf_data.check_name(str(cfg.data_dir), name)
     builder, files = found
+    if builder == "saved":
+        return hf_data.check_saved(cfg, name)
     sizes = [_size(f) for f in files]
     one = len(files) == 1
     where = f"data file {files[0]!r}" if one else f"the {len(files)} data files in {cfg.data_dir!r}"
@@ -380,8 +381,8 @@ def check_data_dir(cfg: InputConfig, name: str = "train_input") -> None:
     if builder == "json":  # what the split reads of them (`json_data`), at most
         budget = min(budget, 4 * cfg.max_corpus_bytes)
     for f, size in zip(files, sizes, strict=True):
-        if builder == "text" and size > cfg.max_corpus_bytes:  # what it is first (UTF-16,
-            _scan_text(f, min(budget, _CHUNK))  # binary): its first MiB tells
+        if builder == "text" and size > cfg.max_corpus_bytes and not hf_data.by_line(f):
+            _scan_text(f, min(budget, _CHUNK))  # what it is first (UTF-16, binary)
             raise _past_cap(f, size, cfg.max_corpus_bytes, name)
         if builder == "json" and size > 4 * cfg.max_corpus_bytes and json_data.json_array(f):
             raise json_data.whole_past(f, size, f"{name}.max_corpus_bytes")

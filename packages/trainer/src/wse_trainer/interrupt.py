@@ -11,6 +11,11 @@ default handler (an embedding program's own handler is left alone). The `wse` co
 its own (`wse_cli.interrupts`), which raises a Ctrl-C that landed in a finalizer at the
 first line outside it: `caught()` then leaves it alone, and the loop never raises a second
 interrupt of its own during the cleanup of the first.
+
+`held()` makes a block whole: a SIGINT, SIGTERM or SIGHUP that comes inside it is raised at its
+end by the handler it would have met (hunt 75: a Ctrl-C inside tensorboardX's `add_scalar`, a
+multiprocessing queue's put, left its feeder thread waiting for ever, and the run's close hung
+on it, 1 of 8 tries).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-__all__ = ["caught", "requested"]
+__all__ = ["caught", "held", "requested"]
 
 _requested = threading.Event()
 
@@ -50,3 +55,32 @@ def caught() -> Iterator[None]:
 def requested() -> bool:
     """Whether Ctrl-C reached the run inside `caught()` (raised or not)."""
     return _requested.is_set()
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Inside this block SIGINT, SIGTERM and SIGHUP wait: the first that came is raised at its
+    end by its own handler (only Python handlers are held, and only in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        came.append(signum)
+
+    before = {}
+    for s in _HELD:
+        handler = signal.getsignal(s)
+        if callable(handler):
+            before[s] = signal.signal(s, hold)
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if came:
+            before[came[0]](came[0], None)

@@ -7,6 +7,9 @@
   write checks the file is still the run's (`RunFolderGone`: the folder deleted mid-run).
 - `<model_dir>/train/` and `<model_dir>/eval/`: tensorboardX event files (ModelZoo's layout).
 - `<model_dir>/run.log`: every log line, appended.
+- A record is written whole (`interrupt.held`: a signal inside it is raised at its end), and
+  `close` waits for TensorBoard's writer at most `CLOSE_BOUND_S` (hunt 75: its logger thread,
+  joined with no limit, hung a Ctrl-C'd run for ever); metrics.jsonl is flushed at each record.
 - `NullLog`: the same interface writing nothing (processes other than 0 of a run).
 - `train_line` / `eval_line`: the Cerebras ModelZoo log line, plus tokens/s and the fraction
   of the step the host spent streaming weights (`StepStats.stall_s`).
@@ -21,6 +24,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,8 +32,12 @@ from typing import Any
 from wse_core.errors import RunFault
 from wse_core.host.atomic import write_atomically
 
+from wse_trainer import interrupt
+
 __all__ = ["MetricsLog", "NullLog", "RunFolderGone", "StepStats", "Throughput", "train_line",
            "eval_line", "read_metrics"]  # fmt: skip
+
+CLOSE_BOUND_S = 3.0  # TensorBoard's close: a flush and a thread's join, milliseconds when well
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,12 +260,13 @@ class MetricsLog:
     def record(self, step: int, mode: str, values: dict[str, float]) -> None:
         """One step's scalars: to metrics.jsonl and TensorBoard."""
         self.check()
-        self._jsonl.write(json.dumps({"step": step, "mode": mode, **values}) + "\n")
-        self._jsonl.flush()
-        writer = self._writer(mode)
-        for key, value in values.items():
-            if isinstance(value, int | float):
-                writer.add_scalar(key, value, step)
+        with interrupt.held():
+            self._jsonl.write(json.dumps({"step": step, "mode": mode, **values}) + "\n")
+            self._jsonl.flush()
+            writer = self._writer(mode)
+            for key, value in values.items():
+                if isinstance(value, int | float):
+                    writer.add_scalar(key, value, step)
 
     def line(self, text: str) -> None:
         self.check()
@@ -268,10 +277,43 @@ class MetricsLog:
             self.echo(text)
 
     def close(self) -> None:
-        for w in self._writers.values():
-            w.close()
-        self._jsonl.close()
-        self._log.close()
+        try:
+            late = [mode for mode, w in self._writers.items() if not _closed_within(w)]
+            if late:
+                self._log.write(
+                    f"note: TensorBoard's writer of {', '.join(late)} did not close within "
+                    f"{CLOSE_BOUND_S:g} s; its events may lack the last steps (metrics.jsonl "
+                    "has them all)\n"
+                )
+        finally:
+            self._jsonl.close()
+            self._log.close()
+
+
+def _closed_within(writer: Any, seconds: float = CLOSE_BOUND_S) -> bool:
+    """Close a tensorboardX SummaryWriter in a daemon thread, waiting at most `seconds`;
+    False where it did not close (its queue's exit-time join is then cancelled too); what
+    its close raised is raised here."""
+    event_writer = getattr(getattr(writer, "file_writer", None), "event_writer", None)
+    queue = getattr(event_writer, "_event_queue", None)
+    failed: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            writer.close()
+        except BaseException as e:  # noqa: BLE001 (raised again in the caller's thread)
+            failed.append(e)
+
+    closing = threading.Thread(target=close, name="wse-tensorboard-close", daemon=True)
+    closing.start()
+    closing.join(seconds)
+    if failed:
+        raise failed[0]
+    if not closing.is_alive():
+        return True
+    if queue is not None:
+        queue.cancel_join_thread()
+    return False
 
 
 class NullLog:

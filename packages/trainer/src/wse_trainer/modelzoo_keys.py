@@ -16,19 +16,53 @@ wse_trainer: the reader (`wse_trainer.config`) imports it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from wse_core.errors import shown
+from wse_core.errors import shown, suggest
 
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit
 
-__all__ = ["MODELZOO_KEYS", "Written", "eval_steps_problem", "moved", "moved_problem", "same",
-           "written_problem"]  # fmt: skip
+__all__ = ["MODELZOO_KEYS", "MODELZOO_NOTES", "Written", "eval_steps_problem", "hint", "moved",
+           "moved_problem", "same", "written_problem"]  # fmt: skip
 
-# (ModelZoo's section, its key) -> (our section, our keys), one key a value of its list
+# (ModelZoo's section, its key) -> (our section, our keys), one key a value of its list;
+# ModelZoo's GPT-2 / Llama model keys are HF's names of ours (hunt 75: max_position_embeddings
+# was "did you mean 'tie_embeddings'?")
 MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
-                 ("optimizer", "betas"): ("optimizer", ("beta1", "beta2"))}  # fmt: skip
+                 ("optimizer", "betas"): ("optimizer", ("beta1", "beta2")),
+                 ("model", "hidden_size"): ("model", ("d_model",)),
+                 ("model", "num_hidden_layers"): ("model", ("n_layers",)),
+                 ("model", "num_heads"): ("model", ("n_heads",)),
+                 ("model", "num_attention_heads"): ("model", ("n_heads",)),
+                 ("model", "filter_size"): ("model", ("d_ff",)),
+                 ("model", "intermediate_size"): ("model", ("d_ff",)),
+                 ("model", "max_position_embeddings"): ("model", ("max_seq_len",))}  # fmt: skip
+
+# ModelZoo's keys with no setting here: what to do instead, said in the refusal (hunt 75); a
+# section's key "" is a top-level section
+_INPUT_NOTES = {
+    "shuffle": "no equivalent: batches are always shuffled, seeded by shuffle_seed",
+    "num_workers": "no equivalent: the corpus is read and tokenized once, before training",
+    "drop_last": "no equivalent: a last partial batch is always dropped",
+}
+MODELZOO_NOTES = {
+    **{(s, k): v for s in ("train_input", "eval_input") for k, v in _INPUT_NOTES.items()},
+    ("optimizer", "correct_bias"): "no equivalent: adam and adamw always correct the bias",
+    ("optimizer", "loss_scaling_factor"): "no equivalent: no loss scaling (fp32 gradients)",
+    ("", "trainer"): (
+        "ModelZoo 2.x's trainer: format is not read; give the 1.x params sections "
+        "train_input, eval_input, model, optimizer, runconfig"
+    ),
+}
+
+
+def hint(section: str, key: str, keys: Iterable[str]) -> str:
+    """What a refusal of ModelZoo's `section.key` (`section` "" for a top-level section) says
+    to do: its note (`MODELZOO_NOTES`), else the closest of `keys` (" (did you mean ...?)")."""
+    if note := MODELZOO_NOTES.get((section, str(key))):
+        return f" ({note})"
+    return suggest(str(key), keys)
 
 
 class Written(NamedTuple):
