@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import pytest
 import typer
 from wse_cli.app import app
 from wse_cli.testing import invoke
+from wse_inference.serve.testing import ipv6_loopback
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = typer.main.get_command(app)
@@ -95,15 +95,7 @@ def test_the_memory_refusal_names_the_options_that_set_slots_and_context(
     assert infer_serve._real_engine(str(tiny_model_dir), None, 2, None, context) == context
 
 
-def _ipv6_loopback() -> bool:
-    try:
-        with socket.create_server(("::1", 0), family=socket.AF_INET6):
-            return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine cannot bind ::1")
+@pytest.mark.skipif(not ipv6_loopback(), reason="this machine cannot bind ::1")
 def test_an_ipv6_host_is_served_with_its_address_bracketed():
     proc, url = _served("--host", "::1", "--grpc-port", "0")
     try:

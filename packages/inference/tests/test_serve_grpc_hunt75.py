@@ -3,7 +3,6 @@ under a burst, grpc.health.v1, refusals in /metrics, stop_reason, IPv6, model_na
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import grpc
@@ -16,7 +15,7 @@ from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.grpc_server import sampling_from_request
 from wse_inference.serve.openai_request import parse_request
 from wse_inference.serve.proto import load_stubs
-from wse_inference.serve.testing import running_server
+from wse_inference.serve.testing import ipv6_loopback, running_server
 
 pytestmark = pytest.mark.timeout(90)
 pb2, pb2_grpc = load_stubs()
@@ -171,17 +170,7 @@ def test_the_final_response_carries_vllms_stop_reason(fields, want):
 
 
 # -- hole 6: IPv6 --------------------------------------------------------------------------------
-def _ipv6_loopback() -> bool:
-    if not socket.has_ipv6:
-        return False
-    try:
-        with socket.create_server(("::1", 0), family=socket.AF_INET6):
-            return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine cannot bind ::1")
+@pytest.mark.skipif(not ipv6_loopback(), reason="this machine cannot bind ::1")
 def test_an_ipv6_host_is_served_on_http_and_grpc():
     engine = MockEngine()
     server = Server(engine, ServeConfig(host="::1", port=0, grpc_port=0, drain_s=1.0)).start()

@@ -14,6 +14,7 @@ import contextlib
 import os
 import queue
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -31,7 +32,19 @@ __all__ = [
     "events_until_finished",
     "serve_subprocess",
     "ServedProcess",
+    "ipv6_loopback",
 ]
+
+
+def ipv6_loopback() -> bool:
+    """Whether this machine can bind ::1 (the IPv6 tests skip where it cannot)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
