@@ -389,12 +389,6 @@ def check_data_dir(cfg: InputConfig, name: str = "train_input") -> None:
         budget -= _scan_text(f, budget, keys)
     if builder == "json":
         _check_first_record(files, sizes, cfg, name)
-    need = cfg.batch_size * cfg.max_sequence_length + 1
-    most = sum(sizes) + len(files)  # tokens: at most one per byte, plus one EOS per document
-    if most < need:
-        raise ConfigError(
-            f"{where} hold{'s' if one else ''} {sum(sizes):,} bytes: at most {most:,} tokens, "
-            f"fewer than one batch of batch_size {cfg.batch_size} x max_sequence_length "
-            f"{cfg.max_sequence_length} (+1) = {need:,} tokens; add data, or lower batch_size "
-            "or max_sequence_length"
-        )
+    holds = f"{where} hold{'s' if one else ''}"  # a file at least one document
+    if error := hf_data.short_of_a_batch(holds, sum(sizes), len(files), cfg):
+        raise error

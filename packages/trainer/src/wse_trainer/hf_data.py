@@ -32,10 +32,11 @@ from urllib.parse import urlparse
 from wse_trainer.config import ConfigError, InputConfig
 
 __all__ = ["by_line", "check_name", "check_saved", "load_saved", "own_split", "quiet",
-           "saved_dataset"]  # fmt: skip
+           "saved_dataset", "short_of_a_batch"]  # fmt: skip
 
 WHOLE = (".py", ".md")  # text files read as one document each
 EVAL_SPLITS = ("validation", "valid", "val", "test")  # a DatasetDict's eval split, first found
+SIZE_ROWS = 10_000  # rows read at a time while a saved split's text is sized
 HUB_PROBE_S = 3.0  # how long the Hub is waited for before it is taken as unreachable
 
 
@@ -102,13 +103,49 @@ def load_saved(cfg: InputConfig):
 
 
 def check_saved(cfg: InputConfig, setting: str) -> None:
-    """ConfigError when a saved folder cannot be loaded or has no `text_key` column."""
+    """ConfigError when a saved folder cannot be loaded, has no `text_key` column, or its
+    split's text cannot give one batch (`short_of_a_batch`, the bound the local files get:
+    hunt 75b, 50 short rows passed --validate-only and the run then failed)."""
     ds = load_saved(cfg)
+    where = f"data_dir {cfg.data_dir!r} (a datasets save_to_disk folder)"
     if cfg.text_key not in ds.column_names:
         raise ConfigError(
-            f"data_dir {cfg.data_dir!r} (a datasets save_to_disk folder) has no column "
-            f"{cfg.text_key!r}; columns: {', '.join(ds.column_names)} (set {setting}.text_key)"
+            f"{where} has no column {cfg.text_key!r}; columns: {', '.join(ds.column_names)} "
+            f"(set {setting}.text_key)"
         )
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = ds.select_columns([cfg.text_key]).with_format("arrow")
+    kind = column.features.arrow_schema.field(0).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return  # not text: the split's reader says what it is
+    need, nbytes, rows = cfg.batch_size * cfg.max_sequence_length + 1, 0, 0
+    for table in column.iter(batch_size=SIZE_ROWS):  # until one batch is certain, at most
+        texts = table.column(0)
+        nbytes += pc.sum(pc.binary_length(texts)).as_py() or 0
+        rows += len(texts) - texts.null_count
+        if nbytes + rows >= need:
+            return
+    holds = f"{where[:-1]}: {rows:,} rows of text) holds"
+    if error := short_of_a_batch(holds, nbytes, rows, cfg):
+        raise error
+
+
+def short_of_a_batch(holds: str, nbytes: int, documents: int, cfg: InputConfig):
+    """The ConfigError when `nbytes` of text in `documents` cannot give one batch of `cfg`
+    (at most a token a byte, plus an EOS a document), else None; `holds` leads the line
+    ("data file 'a.txt' holds"). Local files and saved folders both (`check_saved`,
+    `data_files.check_data_dir`)."""
+    need = cfg.batch_size * cfg.max_sequence_length + 1
+    most = nbytes + documents
+    if most >= need:
+        return None
+    return ConfigError(
+        f"{holds} {nbytes:,} bytes: at most {most:,} tokens, fewer than one batch of "
+        f"batch_size {cfg.batch_size} x max_sequence_length {cfg.max_sequence_length} (+1) = "
+        f"{need:,} tokens; add data, or lower batch_size or max_sequence_length"
+    )
 
 
 def _offline() -> bool:

@@ -27,7 +27,8 @@ tol -0.5 ran as 0.5, maxiter 2.5 ran 3 and 10**12 failed inside JAX).
   over `field_operator(apply_fn, b)`, in fp32; its residual is the true one of the x it
   returns, its target tol ||b|| with or without x0, as SciPy's: an x0's correction is
   solved to tol ||b|| / ||b - A x0||, known only on the wafer (refine's `solve_fn(rhs,
-  target=)`).
+  target=)`), folded into x0 and solved once more from there (a large x0's b - A x0 is
+  rounded in fp32); `converged` says whether fp32 met tol.
 - `cg_iteration_cap(template, tol)`: a cap that scales with the grid, for callers that
   would otherwise stop a large Poisson solve short (hunt 72: a fixed 500 stopped every
   solve of a 256 x 256 cavity, max |div u| 0.028 against 1.2e-4 on 64 x 64, unsaid).
@@ -35,6 +36,7 @@ tol -0.5 ran as 0.5, maxiter 2.5 ran 3 and 10**12 failed inside JAX).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -73,6 +75,7 @@ class SolveResult(NamedTuple):
     x: Field
     iterations: jax.Array  # int32
     residual: jax.Array  # fp32 ||r|| / ||b||: CG's recurrence, BiCGSTAB's true residual
+    converged: jax.Array  # bool: residual <= tol (BiCGSTAB: fp32 may not reach it, below)
 
 
 def poisson(template: Field) -> ApplyFn:
@@ -173,7 +176,8 @@ def cg(
             return _Cg(x, r, p, rz, dot(r, r), s.it + 1)
 
         s = lax.while_loop(cond, body, s0)
-        return SolveResult(_zero_mean(s.x, nullspace), s.it, jnp.sqrt(s.rr / bb))
+        rr = jnp.sqrt(s.rr / bb)
+        return SolveResult(_zero_mean(s.x, nullspace), s.it, rr, rr <= tol)
 
     return solve_fn
 
@@ -194,38 +198,76 @@ def field_operator(apply_fn: ApplyFn, template: Field) -> Operator:
 def bicgstab(apply_fn: ApplyFn, *, tol: float = 1e-6, maxiter: int = 1000):
     """BiCGSTAB over any field operator: the stencil's solver (`wse_hpc.stencil.refine`'s
     iteration, fp32, reliable updates, stopping on the true residual, the correction an fp32
-    pair below tol 1e-4) on `field_operator(apply_fn, b)`. `solve_fn(b, x0=None) ->
-    SolveResult`. As SciPy's `bicgstab` (atol 0): it stops when ||b - A x|| <= tol ||b||,
-    with or without `x0` (the target is relative to ||b||, never to ||b - A x0||), after 0
-    iterations when x0 already meets it, and returns x = 0 for b = 0. With x0 it solves A d =
-    b - A x0 and returns x0 + d. `residual` is the true residual ||b - A x|| / ||b|| of the
-    x it returns, computed again on that fp32 x (hunt 75: measured before the correction was
-    rounded into x0, it said 6.3e-14 for an x at 3.0e-8, and x0 = 1.001 x_true took 47
-    iterations to 1e-5 relative to ||b - A x0||, where SciPy takes 10)."""
+    pair below tol 1e-4 or with an x0) on `field_operator(apply_fn, b)`. `solve_fn(b,
+    x0=None) -> SolveResult`. As SciPy's `bicgstab` (atol 0): it stops when ||b - A x|| <=
+    tol ||b||, with or without `x0` (the target is relative to ||b||, never to ||b - A
+    x0||), after 0 iterations when x0 already meets it, and returns x = 0 for b = 0.
+    `residual` is the true residual ||b - A x|| / ||b|| of the fp32 x it returns, computed
+    again on that x (hunt 75: measured before the correction was rounded into x0, it said
+    6.3e-14 for an x at 3.0e-8), and `converged` says residual <= tol.
+
+    With x0 it solves A d = b - A x0 (to tol ||b|| / ||b - A x0||, known only on the wafer,
+    hence the pair) and folds the pair d into x0 with its rounding kept (TwoSum), then once
+    more from that x on its own residual (`_pass`), within `maxiter` iterations in all. Why
+    twice: b - A x0 in fp32 is only as good as eps32 ||A|| ||x0||, so a large x0 leaves
+    x0 + d that far from the solution however well d is solved (hunt 75b, x0 = 1e4 x random
+    on 16 x 12: 8.5e-4 after 139 iterations, tol 1e-5, SciPy's fp64 1e-5 in 88); the second
+    pass starts from an x near the solution, whose residual fp32 computes well (7.0e-6 in 78
+    iterations). The first pass stops at X0_PASS_FLOOR relative to its right-hand side:
+    below it that right-hand side's own rounding dominates. `converged` is False where fp32
+    cannot meet tol: tol below eps32 ||A|| ||x|| / ||b|| (an fp32 x rounds there, whatever
+    x0), or maxiter spent (an x0 so large that b is lost in b - A x0 needs a whole solve in
+    each pass)."""
     check_stop(tol, maxiter, least=1, error=FieldError)
-    pair = tol < PAIR_BELOW
+    pair = tol < PAIR_BELOW  # and with any x0 (solve_fn)
 
     def solve_fn(b: Field, x0: Field | None = None) -> SolveResult:
         bnorm = jnp.sqrt(dot(b, b))
-        # refine's certificate (true residual + CERTIFY_FLOOR <= tol) in ||b||'s units,
-        # relative to the correction's right-hand side (b itself without x0)
-        target, rhs = jnp.float32(tol - CERTIFY_FLOOR), b
-        if x0 is not None:
-            x0 = x0.like(jnp.where(bnorm > 0, x0.data, 0.0))  # b = 0: x = 0, as SciPy
-            rhs = b - apply_fn(x0)
-            rnorm = jnp.sqrt(dot(rhs, rhs))
-            ratio = bnorm / jnp.where(rnorm > 0, rnorm, 1.0)
-            target = jnp.where(rnorm > 0, target * ratio, jnp.inf)  # r0 = 0: x0 is exact
         solve = refine(
-            b.grid, precision="fp32", tol=tol, maxiter=maxiter, pair=pair,
+            # with x0 the target relative to b - A x0 is traced and may lie far below tol
+            b.grid, precision="fp32", tol=tol, maxiter=maxiter, pair=pair or x0 is not None,
             operator=field_operator(apply_fn, b),
         )  # fmt: skip
-        res = solve(rhs.data, target=target)  # refine's, to the traced target
-        d, d_lo, iterations = res.x, res.x_lo, res.iterations
-        x = b.like(d + d_lo)  # rounded to fp32: the residual is measured after it
-        x = x if x0 is None else x0 + x
-        r = b - apply_fn(x)
-        residual = jnp.where(bnorm > 0, jnp.sqrt(dot(r, r)) / jnp.maximum(bnorm, TINY), 0.0)
-        return SolveResult(x, iterations, residual)
+        run = functools.partial(_pass, apply_fn, solve, b, tol, maxiter)
+        if x0 is None:
+            x, its, residual = run(b * 0.0, jnp.int32(0), 0.0)
+        else:
+            x0 = x0.like(jnp.where(bnorm > 0, x0.data, 0.0))  # b = 0: x = 0, as SciPy
+            x, its, _ = run(x0, jnp.int32(0), X0_PASS_FLOOR)
+            x, its, residual = run(x, its, 0.0)
+        return SolveResult(x, its, residual, residual <= tol)
 
     return solve_fn
+
+
+# the first pass from an x0 stops at this residual relative to b - A x0: that right-hand
+# side is rounded at eps32 ||A|| ||x0||, and solving it further only moves the rounding
+# (16 x 12, tol 1e-5, x0 = 1e4 / 1e6 x random: floor 0: 151 / 215 iterations in all;
+# 1e-7: 96 / 116; 1e-6: 78 / 105; SciPy's fp64 from x0: 88 / 102)
+X0_PASS_FLOOR = 1e-6
+
+
+def _fold(x: Field, d: jax.Array, d_lo: jax.Array) -> Field:
+    """x + (d + d_lo) in fp32 with the rounding of x + d kept (Knuth's TwoSum): x0 + d
+    cancels to the solution when x0 is large, and d_lo then still counts."""
+    s = x.data + d
+    bb = s - x.data
+    err = (x.data - (s - bb)) + (d - bb)
+    return x.like(s + (err + d_lo))
+
+
+def _pass(apply_fn: ApplyFn, solve, b: Field, tol: float, maxiter: int, x: Field,
+          its: jax.Array, floor: float):  # fmt: skip
+    """One refine solve from x on b - A x, to tol ||b|| (not below `floor` relative to
+    b - A x), within the iterations `its` left; (x folded, iterations, true residual)."""
+    bnorm = jnp.sqrt(dot(b, b))
+    rhs = b - apply_fn(x)
+    rnorm = jnp.sqrt(dot(rhs, rhs))
+    # refine's certificate (true residual + CERTIFY_FLOOR <= tol) in ||b||'s units
+    target = jnp.maximum((tol - CERTIFY_FLOOR) * bnorm / jnp.maximum(rnorm, TINY), floor)
+    met = (rnorm <= tol * bnorm) | (rnorm == 0)  # x0 already meets tol: 0 iterations
+    res = solve(rhs.data, target=jnp.where(met, jnp.inf, target), limit=maxiter - its)
+    x = _fold(x, res.x, res.x_lo)
+    r = b - apply_fn(x)
+    residual = jnp.where(bnorm > 0, jnp.sqrt(dot(r, r)) / jnp.maximum(bnorm, TINY), 0.0)
+    return x, its + res.iterations, residual

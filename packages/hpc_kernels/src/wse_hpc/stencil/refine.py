@@ -283,7 +283,7 @@ def refine(
     maxiter: int = 1000,
     pair: bool = True,
     operator: Operator | None = None,
-) -> Callable[[jax.Array], SolveResult]:
+) -> Callable[..., SolveResult]:
     """`solve_fn(b) -> SolveResult` for A x = b (b a placed fp32 field), see the module
     docstring. A is `grid`'s 7-point Laplacian, or `operator` (`bicgstab.Operator`, any
     linear operator on placed arrays: `grid` is then its `space`, e.g. a fields
@@ -295,17 +295,23 @@ def refine(
     every = UPDATE_EVERY[precision]
     delta = DELTA[precision]
 
-    def solve_fn(b: jax.Array, target: jax.Array | float | None = None) -> SolveResult:
+    def solve_fn(
+        b: jax.Array,
+        target: jax.Array | float | None = None,
+        limit: jax.Array | int | None = None,
+    ) -> SolveResult:
         # `target`: a traced certificate in place of tol - CERTIFY_FLOOR, relative to ||b||
-        # (hunt 75: a fields x0's correction needs tol ||b_0|| / ||b_0 - A x0||)
+        # (hunt 75: a fields x0's correction needs tol ||b_0|| / ||b_0 - A x0||); `limit`: a
+        # traced cap below maxiter (the fields solver's second pass gets what the first left)
         target = certify if target is None else target
+        cap = maxiter if limit is None else jnp.minimum(limit, maxiter)
         rf = _Refiner(grid, op.scaled, lo, op.apply, op.inv_d, target, delta, bound_per_r,
                       pair, every)  # fmt: skip
         bnorm = jnp.sqrt(fused_dot(grid, [(b, b)])[0])
         c = _first(rf, b, bnorm, maxiter)
 
         def cond(c: _Carry) -> jax.Array:
-            return (c.s.t > target) & ~c.s.stalled & (c.it < maxiter)
+            return (c.s.t > target) & ~c.s.stalled & (c.it < cap)
 
         c = lax.while_loop(cond, functools.partial(_iterate, rf, b, bnorm), c)
         last = functools.partial(_update, rf, b, bnorm, ~jnp.isfinite(c.g.rr))
