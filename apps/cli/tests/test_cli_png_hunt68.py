@@ -142,5 +142,6 @@ def test_cfd_png_of_zero_steps_says_no_value_as_its_json_does(tmp_path, drawn):
     assert code == 0, output[-3000:]
     report = json.loads(output[output.index("\n{") + 1 :] if output[0] != "{" else output)
     assert report["nusselt"] is None and report["kinetic_energy"] is None
-    assert "rayleigh-benard: step 0, t 0, Nu -, KE -" in _plain(drawn), drawn  # "Nu nan, KE 0"
+    # "Nu nan, KE 0" before; hunt 75 put the time's unit after it
+    assert "rayleigh-benard: step 0, t 0 H/U_ff, Nu -, KE -" in _plain(drawn), drawn
     assert png.read_bytes()[:8] == PNG

@@ -21,6 +21,7 @@ and `GpuFractions` given explicitly."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from wse_core.cost.assumptions import assume
@@ -61,9 +62,10 @@ def test_one_user_with_a_draft_waits_for_nothing_and_its_first_token_is_its_prom
     # the prompt's own chunk (256 tokens, one chunk) through the target and the draft
     prompt = _step(LLAMA31_8B, lay, prefill=256) + _step(DRAFT, lay, prefill=256)
     assert p.ttft_s == pytest.approx(prompt, rel=1e-12)
-    # its output: (O - 1) / E rounds of gamma draft steps and a verification of gamma + 1
-    # tokens, after the first token its prompt emits (hunt 75: O / E)
-    rounds = 63 / _spec(alpha).tokens_per_round
+    # its output: ceil((O - 1) / E) whole rounds of gamma draft steps and a verification of
+    # gamma + 1 tokens, after the first token its prompt emits (hunt 75: O / E; hunt 75d:
+    # (O - 1) / E counted a fraction of a round)
+    rounds = math.ceil(63 / _spec(alpha).tokens_per_round)
     round_s = 4 * _step(DRAFT, lay, users=1) + _step(LLAMA31_8B, lay, users=1, tokens=5)
     assert p.layout["decode_s"] == pytest.approx(rounds * round_s, rel=1e-12)
     assert p.user_tokens_per_s == pytest.approx(63 / p.layout["decode_s"], rel=1e-12)

@@ -85,9 +85,14 @@ def test_one_output_token_meets_any_speed_and_has_a_knee():
     w = Workload(prompt_tokens=1000, output_tokens=1)
     serve = GpuServing(MID, gpum.H100, num_gpus=1, workload=w, fractions=FRACTIONS)
     front = frontier(serve)
-    # without a per-user speed, the most output is the knee and meets any speed limit
-    best = max(front.points, key=lambda p: p.aggregate_tokens_per_s)
-    assert knee(serve, front).aggregate_tokens_per_s >= best.aggregate_tokens_per_s
+    # without a per-user speed, the knee is the most output (within 1%, then the soonest
+    # first token, which holds any admission wait; hunt 75d: a float tie took a plateau
+    # load) and meets any speed limit
+    k = knee(serve, front)
+    most = max(p.aggregate_tokens_per_s for p in front.points)
+    assert k.aggregate_tokens_per_s >= 0.99 * most
+    tied = [p for p in front.points if p.aggregate_tokens_per_s >= 0.99 * most]
+    assert k.ttft_s <= min(p.ttft_s for p in tied)
     met = meeting(serve, 1e9)
     assert met is not None and met.user_tokens_per_s is None
     assert front.pareto()  # sorts without a speed
@@ -106,7 +111,8 @@ def test_request_times_hand_arithmetic():
     assert five.user_tokens_per_s == 4 / 2.0 and five.aggregate_tokens_per_s == 3 * 5 / 2.5
 
 
-@pytest.mark.parametrize(("o", "gamma", "rounds"), [(33, 3, 8), (32, 3, 31 / 4), (1, 4, 0)])
+# (32, 3): 31 tokens in whole rounds of 4, the last emitting 3 (hunt 75d: 31 / 4 priced 7.75)
+@pytest.mark.parametrize(("o", "gamma", "rounds"), [(33, 3, 8), (32, 3, 8), (1, 4, 0)])
 def test_speculative_rounds_follow_the_prefills_token(o, gamma, rounds):
     # at alpha = 1 every draft is accepted: the prefill emits one token, each round gamma + 1
     spec = Speculation(draft=dataclasses.replace(MID, name="d", n_layers=1), gamma=gamma,

@@ -142,6 +142,6 @@ def stop_reason(
         return matched
     if matched in eos_ids:  # the model's EOS: null, unless the request ignores EOS
         return matched if matched in sampling.stop_token_ids and sampling.ignore_eos else None
-    if matched in sampling.stop_token_ids or eos_ids:
+    if matched in sampling.stop_token_ids or bool(eos_ids):  # eos_ids named: another EOS id
         return matched  # the request's stop id, or another of the model's EOS ids
     return None  # an engine that names no EOS (`model_eos_ids` empty) stopped on its own

@@ -3,7 +3,8 @@ per user, the wafers' and an H100 DGX's latency-throughput frontiers side by sid
 of the Hot Chips 2024 talk, REFERENCES.md: aggregate tokens/s against tokens/s per user).
 
 Predicted with `wse_systems.serving` (nothing fitted; see its modules for the models):
-- wafers (`WaferServing`): 8B on one CS-3, 70B on four, one region per layer, 16-bit weights;
+- wafers (`WaferServing`): 8B on one CS-3, 70B on four, the stage count searched as `wse plan
+  infer` searches it, 16-bit weights;
   users in flight up to what fits the regions' SRAM beside the weights, each token priced
   per instruction by `wse_systems.decoder` on the plan with the one calibration, a region
   working on one token at a time; prompts in blocks pipelined over the regions;
@@ -75,8 +76,9 @@ def _systems(config: Any, wafers: int, spec: Speculation | None):
 def _builders(config: Any, wafers: int, spec: Speculation | None):
     """(wafers, GPUs): each a function that builds that side's serving system (it prices as
     it is built: `_case` records what each side read)."""
+    # the stage count searched, as `wse plan infer` plans it (hunt 75)
     w = lambda: WaferServing(config, assumed_spec(WAFER), num_wafers=wafers,  # noqa: E731
-                             workload=WORKLOAD, speculation=spec)  # fmt: skip
+                             workload=WORKLOAD, speculation=spec, search_stages=True)  # fmt: skip
     g = lambda: GpuServing(config, H100, num_gpus=GPUS, workload=WORKLOAD,  # noqa: E731
                            fractions=GpuFractions(HBM_FRACTION, MFU), speculation=spec)  # fmt: skip
     return w, g

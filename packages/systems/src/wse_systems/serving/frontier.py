@@ -18,7 +18,8 @@ each user sends its next request when the last completes, so a user's period is
 max(first token + output, capacity); when the capacity binds, a new request waits to be
 admitted (vLLM's waiting queue), so its first token takes the excess. The first token comes
 out of the prompt's pass, so a request of O output tokens has O - 1 decode steps after it
-(`decode_steps`; hunt 75: both systems priced O). Tokens/s per user is vLLM's and NVIDIA's
+(`decode_steps`: with speculation, ceil((O - 1) / E) whole rounds; hunt 75: both systems
+priced O). Tokens/s per user is vLLM's and NVIDIA's
 (genai-perf's "output token throughput per user", 1 / TPOT, TPOT = ITL = (e2e - TTFT) /
 (O - 1)): the O - 1 tokens after the first over the time from the first token to the last;
 at O = 1 there is no such time and no such speed (None: JSON null, printed "n/a"; a speed
@@ -126,10 +127,14 @@ def check_workload(model: Any, workload: Workload, whose: str = "the model") -> 
 
 def decode_steps(workload: Workload, tokens_per_step: float = 1.0) -> float:
     """Decode steps (or speculative rounds of `tokens_per_step` tokens) a request takes after
-    its first token, which the prompt's pass emits: (O - 1) / E, none at O = 1 (vLLM's and
-    the speculative engine's `generate`: 31 tokens in the rounds after a 32-token request's
-    prefill)."""
-    return (workload.output_tokens - 1) / tokens_per_step
+    its first token, which the prompt's pass emits: ceil((O - 1) / E) whole rounds, none at
+    O = 1 (vLLM's and the speculative engine's `generate`: 31 tokens in the rounds after a
+    32-token request's prefill; each request runs whole draft-and-verify rounds, the last
+    of which may emit fewer than E tokens). Hunt 75: (O - 1) / E counted a fraction of a
+    round, so at O = 2 and E = 5 a speculative decode was a fifth of a round, faster than a
+    plain target pass. Plain decoding (E = 1): O - 1 steps, as before."""
+    rounds = (workload.output_tokens - 1) / tokens_per_step
+    return float(math.ceil(rounds - 1e-9))  # 1e-9: E's rounding must not add a round
 
 
 def user_speed(point: OperatingPoint) -> float:
@@ -272,8 +277,15 @@ class Frontier:
         return max(p.aggregate_tokens_per_s for p in self.points)
 
     def pareto(self) -> tuple[OperatingPoint, ...]:
-        """The points no other point beats on both per-user speed and aggregate throughput."""
-        fast_first = sorted(self.points, key=lambda p: (-user_speed(p), -p.aggregate_tokens_per_s))
+        """The points no other point beats on both per-user speed and aggregate throughput;
+        at one output token (no per-user speed) on both the time to first token and the
+        aggregate (hunt 75: every point's speed was inf, so one point was kept, whatever
+        its first token; `selection.knee` ranks these by output and first token)."""
+
+        def quick(p: OperatingPoint) -> float:  # the larger the better
+            return -p.ttft_s if p.user_tokens_per_s is None else user_speed(p)
+
+        fast_first = sorted(self.points, key=lambda p: (-quick(p), -p.aggregate_tokens_per_s))
         out, best = [], -math.inf
         for p in fast_first:
             if p.aggregate_tokens_per_s > best:

@@ -246,14 +246,14 @@ def tp_ok(model: DecoderShape, tp: int) -> bool:
 
 
 def replica_sizes(num_gpus: int, gpu: GpuSpec, model: DecoderShape) -> list[int]:
-    """Replica sizes of `num_gpus`: tp in 1, 2, 4, 8, ... within a node that the model's
-    heads allow (`tp_ok`; hunt 75: tp 3, 5, 6, 7 were priced for 32 heads and 8 KV heads),
-    dividing `num_gpus` past a node (within one, a replica of the largest with the GPUs left
-    idle), and whole nodes up to one stage per layer. At most n_layers + 6 sizes whatever
-    `num_gpus` is (the closed form of the layouts)."""
+    """Replica sizes of `num_gpus`: every tp up to a node that the model's heads allow
+    (`tp_ok`, vLLM's rule; hunt 75: tp 3, 5, 6, 7 were priced for 32 heads and 8 KV heads,
+    then only powers of two were tried, and GPT-2's 12 heads were refused the tp 3 vLLM
+    runs), dividing `num_gpus` past a node (within one, a replica of the largest with the
+    GPUs left idle), and whole nodes up to one stage per layer. At most node + n_layers sizes
+    whatever `num_gpus` is (the closed form of the layouts)."""
     node = gpu.gpus_per_node
-    small = {r for r in (1, 2, 4, 8, 16, 32)
-             if r <= min(node, num_gpus) and tp_ok(model, r)
+    small = {r for r in range(1, min(node, num_gpus) + 1) if tp_ok(model, r)
              and (num_gpus <= node or num_gpus % r == 0)}  # fmt: skip
     whole = {node * k for k in range(1, model.n_layers + 1) if num_gpus % (node * k) == 0}
     return sorted(small | (whole if tp_ok(model, node) else set()))
@@ -261,17 +261,19 @@ def replica_sizes(num_gpus: int, gpu: GpuSpec, model: DecoderShape) -> list[int]
 
 def tp_note(model: DecoderShape, gpu: GpuSpec, num_gpus: int, tp: int, pp: int) -> str | None:
     """Why `num_gpus` GPUs within a node serve as replicas of tp x pp: the engines run no
-    tp group of them all (None past a node, or where they do)."""
-    whole = num_gpus & (num_gpus - 1) == 0 and tp_ok(model, num_gpus)  # a power of two
-    if num_gpus > gpu.gpus_per_node or whole:
-        return None
+    tp group of them all, or they do and the load is served better with GPUs idle (None past
+    a node, or where the replicas use every GPU and a group of them all runs)."""
     replicas, idle = divmod(num_gpus, tp * pp)
+    whole = tp_ok(model, num_gpus)
+    if num_gpus > gpu.gpus_per_node or (whole and not idle):
+        return None
+    served = f"served as {replicas} x tp {tp} x pp {pp}" + (f", {idle} GPU(s) idle" if idle else "")
+    if whole:  # hunt 75d: tp 3 on 12 heads runs, and tp 2 with a GPU idle served more
+        return f"{num_gpus} GPUs: tp {num_gpus} runs (vLLM's rule), but this load is {served}"
     return (
         f"{num_gpus} GPUs: tensor parallelism must divide the model's {model.n_heads} "
         f"attention heads and its {model.n_kv_heads} KV heads or be a multiple of them "
-        f"(vLLM's and TensorRT-LLM's rule), in 1, 2, 4, ... up to a node of "
-        f"{gpu.gpus_per_node}: served as {replicas} x tp {tp} x pp {pp}"
-        + (f", {idle} GPU(s) idle" if idle else "")
+        f"(vLLM's and TensorRT-LLM's rule), up to a node of {gpu.gpus_per_node}: {served}"
     )
 
 

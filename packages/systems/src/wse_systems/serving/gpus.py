@@ -22,12 +22,12 @@ users' tokens go first, prompt chunks fill what is left, first come first served
   Llama 70B at pp 2: left out).
 - Steady state with m users in a micro-batch: a request is its first token (the round under
   way when it is admitted, none at one user, then its prompt in chunks, whose last emits the
-  first token) and (O - 1) / E rounds (E tokens a round, `Speculation.tokens_per_round`; 1
+  first token) and ceil((O - 1) / E) whole rounds (E tokens a round, the last maybe fewer; 1
   without; hunt 75: O / E priced a decode step past the last token,
   `wse_systems.serving.frontier.decode_steps`). The other m - 1 users'
   prompts, (m - 1) P tokens a period, ride in the rounds of the request that are not its own
-  prompt's: the round under way and its R = (O - 1) / E decode rounds, (m - 1) P / (R + 1) tokens
-  each (hunt 69: each of those rounds carried (m - 1) E P / O, so a period carried every
+  prompt's: the round under way and its R = ceil((O - 1) / E) decode rounds, (m - 1) P / (R + 1)
+  tokens each (hunt 69: each of those rounds carried (m - 1) E P / O, so a period carried every
   other prompt 1 + E / O times: twice at one output token, where a second user cut the
   aggregate 29% and a longer output shortened the request), at most what the budget T leaves
   beside the m users' decode tokens. m is at most what fits memory (`max_batch`, over the
@@ -170,7 +170,7 @@ class GpuServing:
 
     @property
     def decode_rounds(self) -> float:
-        """Rounds of a request's output after its first token: (O - 1) / E."""
+        """Rounds of a request's output after its first token: ceil((O - 1) / E)."""
         return decode_steps(self.workload, self.tokens_per_round)
 
     def others_prefill(self, batch: int) -> float:
@@ -363,7 +363,7 @@ def gpus_to_match(
     `serving`: the `GpuServing` keywords (workload, fractions with the kernel cost,
     speculation, precision)."""
     node = gpu.gpus_per_node
-    sizes = [r for r in (1, 2, 4, 8, 16, 32) if r < node and tp_ok(model, r)]
+    sizes = [r for r in range(1, node) if tp_ok(model, r)]  # every tp vLLM runs (hunt 75)
     sizes += [node * k for k in range(1, model.n_layers + 1) if tp_ok(model, node)]
     speed, both = None, None
     for r in sizes:

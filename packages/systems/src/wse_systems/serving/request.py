@@ -14,7 +14,7 @@ of decode items, first come first served within each class; U users in a closed 
 - the output window D (hunt 72: the busiest element was taken never to idle; a
   discrete-event run of the policy served Llama 3 8B at 64 users with 1,024-token blocks
   38% of the output priced, at 16 users with the 32-token blocks chosen 80%). A decode unit
-  alone takes tau1 = decode_s / R (R = (O - 1) / E units a request: the prompt's pass emits
+  alone takes tau1 = decode_s / R (R = ceil((O - 1) / E) units a request: the prompt emits
   the first token, hunt 75); U users' units cross the busiest
   element one at a time, so in free flow a unit takes tau = max(tau1, U h*), h* that
   element's hold per unit. A prompt block holds an element far longer than a decode item
@@ -104,7 +104,7 @@ def request_work(
 ) -> RequestWork:
     """One request on `pipes`, its prompt in blocks of `block` tokens (at most the prompt):
     ceil(P / k) blocks on each model's prompt pipeline, the draft's alongside (the prompt's
-    pass: the longer, which emits the first token), then (O - 1) / E units, none at O = 1
+    pass: the longer, which emits the first token), then ceil((O - 1) / E) units, none at O = 1
     (`wse_systems.serving.frontier.decode_steps`; `wse_systems.serving.wafer`'s policy)."""
     rounds = decode_steps(workload, speculation.tokens_per_round if speculation else 1.0)
     p, k = workload.prompt_tokens, min(block, workload.prompt_tokens)

@@ -12,7 +12,8 @@ Contract. Three ways to pick a point of a `ServingSystem` (`wse_systems.serving.
   first-token limit `max_ttft_s` when its time to first token (the wait included) is at most
   it (either limit may be None; at one output token no load has a per-user speed, and every
   load meets one: `frontier.user_speed`);
-- `knee(system)`: the load that maximises per-user speed x aggregate throughput (see it).
+- `knee(system)`: the load that maximises per-user speed x aggregate throughput, never a
+  queued one (at one output token: the most output within 1%, then the soonest first token).
 
 Why (hunt 75): `meeting` took the largest load meeting a speed, and a queued, saturated load
 looks fast (its speed leaves out the wait): Llama 3 8B on a CS-3 at 120 tokens/s a user took
@@ -144,13 +145,20 @@ def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint
     weights'. Found from the frontier's best sample by a ternary search between its
     neighbours (the product is unimodal in the load for both models, up to the steps of
     ceil(users / replicas); hunt 67: on a flat top, a GPU step's kernel floor amortised over
-    the batch, those steps stopped the search below the best sample, which is kept)."""
+    the batch, those steps stopped the search below the best sample, which is kept). Never
+    a queued load (`queued`: its speed leaves out its wait) but for one user. At one output
+    token no load has a per-user speed: `_first_token_knee` (hunt 75: the product, the
+    output alone, took a plateau load by a float tie, 36 users on a CS-3 with a first token
+    in 308 ms where 4 served 99.3% of it in 34 ms)."""
     front = front or frontier(system)
+    if all(p.user_tokens_per_s is None for p in front.points):
+        return _first_token_knee(system, front)
 
     def score(users: int) -> float:
-        p = system.point(users)  # one output token, no per-user speed: the output alone
-        speed = 1.0 if p.user_tokens_per_s is None else p.user_tokens_per_s
-        return speed * p.aggregate_tokens_per_s
+        p = system.point(users)
+        if users > 1 and queued(p):
+            return -math.inf
+        return user_speed(p) * p.aggregate_tokens_per_s
 
     us = [p.users for p in front.points]
     i = max(range(len(us)), key=lambda j: score(us[j]))
@@ -162,3 +170,26 @@ def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint
         else:
             hi = m2
     return system.point(max([*range(lo, hi + 1), us[i]], key=score))
+
+
+def _first_token_knee(system: ServingSystem, front: Frontier) -> OperatingPoint:
+    """At one output token, the placements' rule (`placements.OUTPUT_TIE`) over every load:
+    the most output tokens/s in all, within 1% a tie, then the soonest first token, then the
+    fewer users. Queued loads count here: with no output window a request's time is its first
+    token, which holds its admission wait. The loads priced: the frontier's, and a bisection
+    below its best for the least load within 1% of the most (output rises with the load
+    until the busiest resource is full; the first token rises with it)."""
+    from wse_systems.serving.placements import OUTPUT_TIE
+
+    found = {p.users: p for p in front.points}
+    found.setdefault(1, system.point(1))
+    most = max(p.aggregate_tokens_per_s for p in found.values())
+    floor = (1.0 - OUTPUT_TIE) * most
+    hi = min(u for u, p in found.items() if p.aggregate_tokens_per_s >= floor)
+    lo = max((u for u, p in found.items() if u < hi), default=hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        found[mid] = system.point(mid)
+        lo, hi = (lo, mid) if found[mid].aggregate_tokens_per_s >= floor else (mid, hi)
+    tied = [p for p in found.values() if p.aggregate_tokens_per_s >= floor]
+    return min(tied, key=lambda p: (p.ttft_s, p.users))

@@ -35,17 +35,17 @@ passes between wafers). The pipeline:
 - whole requests (`RequestWork`), the policy: each user sends a request of P prompt and O
   output tokens, then the next (sent as the last completes); each element serves one item
   at a time, prompt blocks ahead of decode items (no preemption), first come first served
-  within each. A request holds element j for W_j = O h_j + ceil(P / k) b_j(k); alone it
-  takes its prompt's pass L plus O T1;
+  within each. A request holds element j for W_j = R h_j + ceil(P / k) b_j(k) (R = O - 1:
+  the prompt's pass emits the first token); alone it takes its prompt's pass L plus R T1;
 - its output window D (first token to last; hunt 72: the busiest element was taken never
   to idle, and runs of the policy served 38-62% of the priced output at 16-64 users with
   1,024-token blocks): a decode token entering the pipeline behind another user's prompt
   trails its last block element by element (a convoy), so each other user's prompt freezes
-  the output for its pass less the token ahead; D = O tau + min(U - 1, O) (L - tau)+, tau =
+  the output for its pass less the token ahead; D = R tau + min(U - 1, R) (L - tau)+, tau =
   max(T1, U max_j h_j) a token in free flow (`RequestWork.window_s`): the least output over
   the users' phases (passes that overlap freeze less), a bound named in the point
   (`layout["output_bound"]`), a few percent below a discrete-event run of the policy at the
-  blocks it chooses, far below at long blocks (`RequestWork`); per-user speed O / D;
+  blocks it chooses, far below at long blocks (`RequestWork`); per-user speed (O - 1) / D;
 - the period (`wse_systems.serving.frontier.RequestTimes`, as the GPUs'): L + D (no wait
   behind the others' prompts added: D freezes for those passes), or U max_j W_j when the
   busiest element is full (a new request then waits to be admitted); the least first token
@@ -54,14 +54,14 @@ passes between wafers). The pipeline:
   soonest first token (`placements.served`);
 - its first token (`ttft_s`, `layout["ttft_bound"]`): a conservative bound on its mean over
   the users' phases (`RequestWork.first_s`: within the period less the decode alone), so
-  U O / (TTFT + O / speed) <= U O / period, equal at one user;
+  U O / (TTFT + (O - 1) / speed) <= U O / period, equal at one user;
 - the prompts' share (`input_time_share`, for $/M input tokens): 1 - (the same users'
   period without prompts) / period, the GPUs' definition (hunt 73);
 - speculation (`Speculation`): the placement and round of `wse_systems.serving.speculative`
   (the draft on the PE rows of every wafer, the target on the rest; a round is gamma draft
   tokens one after another then the target's pass over gamma + 1 tokens in blocks as a
-  prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; (O - 1) / E rounds a request, D's units.
-  The placement is searched at each load in each layout, priced by this model there.
+  prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; R = ceil((O - 1) / E) whole rounds a
+  request (`frontier.decode_steps`), D's units; the placement searched at each load and layout.
 """
 
 from __future__ import annotations
