@@ -143,16 +143,18 @@ def test_generate_and_plan_infer_price_the_same_job_alike(job):
 
 
 def test_generate_prices_its_cut_round_and_says_so(job, capsys):
-    """8 tokens: 7 in 2 rounds, the second cut. Plan infer prices g + 1 tokens a round (no
-    cut round): generate's token is its round x 2 / 7, and the text says what it priced."""
+    """8 tokens: 7 in 2 rounds, the second cut. Generate's token is its round x 2 / 7, and
+    the text says what it priced; plan infer prices the same 2 whole rounds for the 7 tokens
+    (hunt 75: ceil((O - 1) / E) rounds; before, g + 1 tokens a round, no cut round)."""
     out = _generate(job, 8)
     spec = out["speculative"]
     assert (spec["rounds"], spec["emitted"], spec["emitted_per_round"]) == (2, 7, 3.5)
     assert (spec["accepted"], spec["acceptance_rate"], spec["mean_tokens_per_pass"]) == (
         8, 1.0, 5.0
     )  # fmt: skip
-    round_s = _plan_infer_s(job, 8, 1.0) * (GAMMA + 1)
-    assert out["predicted"]["wafer_s_per_token"] == pytest.approx(round_s * 2 / 7, rel=1e-12)
+    assert out["predicted"]["wafer_s_per_token"] == pytest.approx(
+        _plan_infer_s(job, 8, 1.0), rel=1e-12
+    )
     infer_generate._report(out, as_json=False)
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.endswith(
