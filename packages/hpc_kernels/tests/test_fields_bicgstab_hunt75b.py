@@ -8,44 +8,25 @@ SciPy's fp64 `bicgstab` from the same x0 on the same matrix (assembled from shif
 identities: no code shared with the fabric path).
 """
 
+import importlib.util
+from pathlib import Path
+
 import jax
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from wse_core import preset
-from wse_hpc.fields import bicgstab, cg, field_grid, laplacian, poisson
-from wse_hpc.fields.operators import neighbour
+from wse_hpc.fields import bicgstab, cg, field_grid, poisson
 
-SHAPE = (16, 12, 1)
-NU, DT, VEL = 0.01, 0.05, (3.0, -2.0)  # implicit central advection-diffusion: non-symmetric
-TOL = 1e-5
+# the operator, its fp64 matrix and their constants: hunt 75's, the same case
+_spec = importlib.util.spec_from_file_location(
+    "fields_bicgstab_hunt75", Path(__file__).with_name("test_fields_bicgstab_hunt75.py")
+)
+H75 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(H75)
+SHAPE, NU, DT, VEL, TOL = H75.SHAPE, H75.NU, H75.DT, H75.VEL, H75.TOL
+_fabric_operator, _matrix = H75._fabric_operator, H75._matrix
 MAXITER = 1000
-
-
-def _fabric_operator(grid):
-    hx, hy, _ = grid.spacing
-
-    def apply_fn(x):
-        adv = (neighbour(x, 0, 1) - neighbour(x, 0, -1)) * (VEL[0] / (2 * hx)) + (
-            neighbour(x, 1, 1) - neighbour(x, 1, -1)
-        ) * (VEL[1] / (2 * hy))
-        return x - (laplacian(x) * NU - adv) * DT
-
-    return apply_fn
-
-
-def _matrix(grid):
-    """The same operator in fp64, from periodic shifts (row-major cells, x outermost)."""
-    nx, ny, _ = SHAPE
-    hx, hy, _ = grid.spacing
-    shift = lambda n, k: sp.csr_array(np.roll(np.eye(n), k, axis=1))
-    sx = lambda k: sp.kron(shift(nx, k), sp.identity(ny))
-    sy = lambda k: sp.kron(sp.identity(nx), shift(ny, k))
-    eye = sp.identity(nx * ny)
-    lap = (sx(1) + sx(-1) - 2 * eye) / hx**2 + (sy(1) + sy(-1) - 2 * eye) / hy**2
-    adv = (sx(1) - sx(-1)) * (VEL[0] / (2 * hx)) + (sy(1) - sy(-1)) * (VEL[1] / (2 * hy))
-    return (eye - DT * (NU * lap - adv)).tocsr()
 
 
 def _true(a, b, x):
