@@ -313,7 +313,8 @@ def hunt64_cases() -> list[Case]:
              lambda fx, tmp: [*_TRAIN, "train_input.max_corpus_bytes=10000",
                               f"train_input.data_dir={_docs(tmp, 'a.txt', b'word ' * 4000)}",
                               "-o", str(tmp / "run")],
-             message="is 20,000 bytes, past train_input.max_corpus_bytes=10,000",
+             # hunt 75: a .txt is a document a line, so its line past the cap is refused
+             message="has a 'text' of 20,000 characters, past the split's max_corpus_bytes=10,000",
              note="read whole: 24 MB took 6.8 GB"),
         Case("hunt64", "train data_dir=<a .parquet whose footer is cut> (hunt 64)",
              lambda fx, tmp: [*_TRAIN, "train_input.data_dir=" + _docs(
