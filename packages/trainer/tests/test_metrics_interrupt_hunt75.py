@@ -46,6 +46,20 @@ def _whole_json_lines(path: Path) -> int:
 
 
 @pytest.mark.timeout(240)
+def _ctrl_c(child: subprocess.Popen, wait_s: float, what: str) -> str:
+    """SIGINT to `child`, its stderr once it ends: within the close's bound and a margin, or
+    the test fails (it is killed after `wait_s`)."""
+    child.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        _, err = child.communicate(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        pytest.fail(f"{what}: still running {wait_s:g} s after Ctrl-C")
+    assert time.monotonic() - sent < CLOSE_BOUND_S + 5
+    return err
+
+
 def test_ctrl_c_at_many_points_of_recording_ends_in_seconds_with_whole_records(tmp_path):
     for k in range(10):
         run = tmp_path / f"r{k}"
@@ -58,14 +72,7 @@ def test_ctrl_c_at_many_points_of_recording_ends_in_seconds_with_whole_records(t
         )
         assert child.stdout.readline().strip() == "ready"
         time.sleep(0.05 + 0.037 * k)  # several points of the record loop
-        child.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        try:
-            _, err = child.communicate(timeout=CLOSE_BOUND_S + 10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            pytest.fail(f"try {k}: still running {CLOSE_BOUND_S + 10:g} s after Ctrl-C")
-        assert time.monotonic() - sent < CLOSE_BOUND_S + 5
+        err = _ctrl_c(child, CLOSE_BOUND_S + 10, f"try {k}")
         assert child.returncode == 130, err
         assert err.strip().splitlines() == ["interrupted (Ctrl-C)"]
         assert _whole_json_lines(run / "metrics.jsonl") > 0
@@ -139,14 +146,7 @@ def test_ctrl_c_of_wse_train_at_several_steps_ends_in_seconds_with_one_line(tmp_
             if metrics.exists() and metrics.read_text().count("\n") >= records:
                 break
             time.sleep(0.02)
-        child.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        try:
-            _, err = child.communicate(timeout=CLOSE_BOUND_S + 20)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            pytest.fail(f"wse train still running {CLOSE_BOUND_S + 20:g} s after Ctrl-C")
-        assert time.monotonic() - sent < CLOSE_BOUND_S + 5
+        err = _ctrl_c(child, CLOSE_BOUND_S + 20, "wse train")
         assert child.returncode == 130, err[-2000:]
         assert len(err.strip().splitlines()) == 1 and err.startswith("interrupted (Ctrl-C)")
         assert _whole_json_lines(metrics) >= records

@@ -11,28 +11,24 @@
 Hand count: a shift of a (rows, cols, 4) fp32 field injects rows * cols * 4 words; an
 allreduce twice that (reduce and broadcast back, `ledger.record_reduce`)."""
 
+import importlib.util
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from jax import lax
-from wse_core import fabric, preset
-from wse_core.hw.wafer import build_wafer
+from wse_core import fabric
 
-PER_PE = 4
-SHIFT = 8 * 8 * PER_PE  # words of one shift on 8 x 8, 4 fp32 values a PE
-ALLREDUCE = 2 * SHIFT
+# hunt 74's wafer, field and hand counts, the same case
+_spec = importlib.util.spec_from_file_location(
+    "fabric_count_hunt74", Path(__file__).with_name("test_fabric_count_hunt74.py")
+)
+H74 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(H74)
+PER_PE, SHIFT, ALLREDUCE = H74.PER_PE, H74.SHIFT, H74.ALLREDUCE
+wafer, field = H74.wafer, H74.field  # module-scoped fixtures
 BATCH = 3
-
-
-@pytest.fixture(scope="module")
-def wafer():
-    return build_wafer(preset("tiny"), grid=(8, 8), mesh_shape=(2, 2))
-
-
-@pytest.fixture(scope="module")
-def field(wafer):
-    return wafer.place(np.ones((8, 8, PER_PE), np.float32))
 
 
 def _ops(wafer):
