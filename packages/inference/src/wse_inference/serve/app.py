@@ -15,13 +15,17 @@ The HTTP routes (OpenAI's /v1/completions, /v1/chat/completions and /v1/models, 
 (tests, demos) and `.close()` drains and stops it; `serve(engine, config)` runs in the
 foreground until SIGTERM or SIGINT, then drains: no new connections, requests in flight run
 to completion for up to `drain_s`, what is left ends with an error event, and the process
-exits 0; a second signal ends what is left at once (uvicorn's second Ctrl-C). The handlers
-only count signals; the drain runs outside them. The host may be IPv6 (`addresses`). Every
-port may be 0 (a free port); `.http_url` / `.grpc_target` give the bound ones.
+exits 0; a second signal ends what is left at once (uvicorn's second Ctrl-C), with the same
+error a timed-out drain gives. gRPC keeps its port open while requests run, so that a
+grpc.health.v1 Check answers NOT_SERVING (new calls are refused UNAVAILABLE), and stops when
+the drain ends. The handlers only count signals; the drain runs outside them. The host may
+be IPv6 (`addresses`). Every port may be 0 (a free port); `.http_url` / `.grpc_target` give
+the bound ones.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import math
@@ -44,6 +48,10 @@ from wse_inference.serve.routes import build_app
 from wse_inference.serve.scheduler import Scheduler
 
 __all__ = ["ServeConfig", "Server", "serve"]
+
+# After a second signal: how long the handlers get to write the "shutting down" error their
+# requests ended with (an engine step, then one response) before uvicorn is told to exit.
+_TELL_S = 2.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,29 +82,40 @@ def _freeze_startup_objects() -> None:
 
 
 class _DrainingUvicorn(uvicorn.Server):
-    """uvicorn whose signal handler only counts (`on_signal`: plain assignments, no lock, no
-    thread started; hunt 75: a second SIGTERM while the first one's handler was inside the
-    drain waited on the drain's lock, on the same thread, forever). A second signal forces
-    the exit, as uvicorn's second Ctrl-C does. The drain itself starts on the event loop:
-    the first tick after the signal (`on_tick`, within 0.1 s), before uvicorn's shutdown."""
+    """uvicorn whose signal handler only counts (`server._note_signal`: plain assignments, no
+    lock, no thread started; hunt 75: a second SIGTERM while the first one's handler was
+    inside the drain waited on the drain's lock, on the same thread, forever). The drain
+    starts on the event loop as uvicorn's shutdown does. A second signal forces the exit, as
+    uvicorn's second Ctrl-C does, but only once what is left has ended with the drain's error
+    and its handlers have written it (hunt 76: uvicorn's forced exit cancelled them: a 500
+    "Internal Server Error", a stream cut without its error or [DONE], a traceback)."""
 
-    def __init__(self, config: uvicorn.Config, on_signal: Callable[[int], None],
-                 begin_drain: Callable[[], None]) -> None:  # fmt: skip
+    def __init__(self, config: uvicorn.Config, server: Server) -> None:
         super().__init__(config)
-        self._on_signal = on_signal
-        self._begin_drain = begin_drain
+        self._server = server
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         # not uvicorn's: it keeps the signal to raise again after its shutdown, which `run`'s
         # handler would count as a second one
-        self._on_signal(sig)
-        self.should_exit = True
+        self._server._note_signal(sig)
 
-    async def on_tick(self, counter: int) -> bool:
-        should_exit = await super().on_tick(counter)
-        if should_exit:
-            self._begin_drain()  # not in a signal handler: it may take locks and threads
-        return should_exit
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        self._server.begin_drain()  # not in a signal handler: it may take locks
+        forcing = asyncio.create_task(self._force_at_second_signal())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            forcing.cancel()
+
+    async def _force_at_second_signal(self) -> None:
+        loop = asyncio.get_running_loop()
+        while len(self._server._signals) < 2:
+            await asyncio.sleep(0.02)
+        self._server._force_drain()  # what is left ends with "abort" within an engine step
+        deadline = loop.time() + _TELL_S
+        while self.server_state.connections and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        self.force_exit = True
 
 
 class Server:
@@ -147,15 +166,14 @@ class Server:
                 ws="none",
                 timeout_graceful_shutdown=math.ceil(config.drain_s + 2),
             ),
-            self._note_signal,
-            self.begin_drain,
+            self,
         )
         # SIGTERM / SIGINT seen, one entry each: list.append is one step for a handler that
         # interrupts another (`+= 1` could lose a count), and takes no lock
         self._signals: list[int] = []
         self._thread: threading.Thread | None = None
         self._drain_lock = threading.Lock()
-        self._grpc_stopped: threading.Event | None = None
+        self._draining = self._forced = False
         self._drain_deadline = math.inf
 
     def _start_engine_and_grpc(self) -> None:
@@ -164,55 +182,51 @@ class Server:
             self.grpc_server.start()
 
     def _note_signal(self, sig: int = 0, *_: Any) -> None:
-        """The SIGTERM / SIGINT handler's work: count; a second one forces the exit. Plain
-        assignments only: a handler runs between two bytecodes of the main thread, which
-        may hold any lock (hunt 75)."""
+        """The SIGTERM / SIGINT handler's work: count (a second one forces the drain's end:
+        `_DrainingUvicorn`, `_finish`). Plain assignments only: a handler runs between two
+        bytecodes of the main thread, which may hold any lock (hunt 75)."""
         self._signals.append(sig)
         self._uvicorn.should_exit = True  # also when it arrives as uvicorn is starting
-        if len(self._signals) > 1:
-            self._uvicorn.force_exit = True
 
     def begin_drain(self) -> None:
         """Refuse new work; requests in flight get `drain_s` to finish (idempotent). Never
         called from a signal handler (see `_note_signal`)."""
         with self._drain_lock:
-            if self._grpc_stopped is not None:
+            if self._draining:
                 return
-            self.scheduler.drain(self.config.drain_s)
+            self._draining = True
+            self.scheduler.drain(self.config.drain_s)  # new calls: 503 / UNAVAILABLE
             self._drain_deadline = time.monotonic() + self.config.drain_s
             if self.grpc_server is not None:
-                self._grpc_health.enter_graceful_shutdown()  # grpc.health.v1: NOT_SERVING
-                # a second past the scheduler's deadline, so an aborted stream is told why
-                self._grpc_stopped = self.grpc_server.stop(self.config.drain_s + 1)
-            else:
-                self._grpc_stopped = threading.Event()
-                self._grpc_stopped.set()
+                # grpc.health.v1: NOT_SERVING. The server is stopped at the drain's end, not
+                # now: `stop` refuses every new call at once, so a Check saw "Connection
+                # refused" instead (hunt 76)
+                self._grpc_health.enter_graceful_shutdown()
 
     def _force_drain(self) -> None:
-        """A second signal: what is still running ends now, as uvicorn's second Ctrl-C."""
-        self._drain_deadline = time.monotonic()
+        """A second signal: what is still running ends now with the drain's error, as a
+        timed-out drain's (uvicorn's second Ctrl-C). Idempotent."""
+        with self._drain_lock:
+            if self._forced:
+                return
+            self._forced = True
+            self._drain_deadline = time.monotonic()
         self.scheduler.drain(0.0)
-        if self.grpc_server is not None:
-            self._grpc_stopped = self.grpc_server.stop(0)
 
     def _finish(self) -> None:
         self.begin_drain()
         # HTTP is done (uvicorn waited for its connections); gRPC streams may still run:
         # they get the rest of `drain_s`, as HTTP's did, before what is left is aborted. A
         # second signal meanwhile ends them now.
-        forced = False
         while not self.scheduler.idle and time.monotonic() < self._drain_deadline:
-            if len(self._signals) > 1 and not forced:
+            if len(self._signals) > 1:
                 self._force_drain()
-                forced = True
             time.sleep(0.02)
-        self.scheduler.stop(timeout_s=self.config.drain_s + 5)
-        assert self._grpc_stopped is not None
-        deadline = time.monotonic() + self.config.drain_s + 5
-        while not self._grpc_stopped.wait(0.05) and time.monotonic() < deadline:
-            if len(self._signals) > 1 and not forced:
-                self._force_drain()
-                forced = True
+        self.scheduler.stop(timeout_s=self.config.drain_s + 5)  # every sink has its last event
+        if self.grpc_server is not None:
+            # the streams write their last response or the drain's UNAVAILABLE within the
+            # grace; what is left then (a health Watch) is cancelled
+            self.grpc_server.stop(_TELL_S).wait(_TELL_S + 5)
         with contextlib.suppress(OSError):
             self._sock.close()
 
