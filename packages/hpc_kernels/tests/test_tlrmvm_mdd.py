@@ -72,7 +72,10 @@ def test_experiment_quick_runs(tmp_path):
         }
         assert chunk["real-split"] < chunk["held"]
     assert all({"wafer", "systems", "precision", "nb"} <= set(p.params) for p in rel)
-    assert all(p.published is None for p in result.predictions)
+    # SC23's 92.58 PB/s is a check on the 48-system SDK rows only (hunt 76), fitted to nothing
+    checked = [p for p in result.predictions if p.published is not None]
+    assert checked and all(p.name.startswith("sdk_") and p.params["systems"] == 48 for p in checked)
+    assert {p.published for p in checked} == {92.58}
     # phase 1 as published (single-tile-matvec's column AXPY), the row dots beside every row
     assert all(p.params["phase1"] == "axpy" for p in result.predictions)
     assert all(p.params["alt_phase1_dot"] > 0 for p in result.predictions)

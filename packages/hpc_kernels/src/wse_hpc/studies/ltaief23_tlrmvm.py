@@ -29,16 +29,20 @@ ecrc/tlrmvm stores it: columns of the 2 k real rank rows it holds per x piece, o
 each, 2 nb per piece; docs/references/tlr-pe-program.md); each row's params carry `phase1`
 (that form) and `alt_phase1_dot`: the same figure with phase 1 as one FMAC DSD per stored
 V^H row into one accumulator (ours, the emulator's kernel). Each tile's absolute bytes are
-its own form's. `time_per_mvm` rows carry the cycles of one product by mechanism.
-Layouts: grouped (PE
-rows serve groups of tile columns and rows, rank rows coloured into PE columns; the engine's
-default; its group size, for each byte convention, the one whose product `perf.product_s`
-prices fastest), packed (slices bucketed by rank), banded (padded to each tile row's largest
-rank); and grouped on WSE-3 (model figures only: the SDK accounting is the CS-2's). Stable
-param keys: `wafer`, `systems`, `precision`, `nb`, `n`, `threshold`, `layout`, `copies`.
-REFERENCES.md lists SC23's inputs only, so `published` stays None. `per_pe_wse2_grouped.png`:
-the slice alone per PE on its grouped grid (`perf.pe_trace`): each PE's phase-1 and phase-3
-cycles from its own tiles, the reshuffle's ring words on every PE, the SRAM of the plan.
+its own form's. Layouts: grouped (PE rows serve groups of tile columns and rows, rank rows
+coloured into PE columns; the engine's default; its group size, for each byte convention,
+the one whose product `perf.product_s` prices fastest), packed (slices bucketed by rank),
+banded (padded to each tile row's largest rank); and grouped on WSE-3 (model figures only:
+the SDK accounting is the CS-2's). Stable param keys: `wafer`, `systems`, `precision`, `nb`,
+`n`, `threshold`, `layout`, `copies`. SC23's 92.58 PB/s on 48 CS-2 (35,784,000 PEs = 48 x
+750 x 994; the abstract names no byte count) is `published` on the 48-CS-2 SDK-rule rows,
+relative and absolute, held and real-split: checks, fitted to nothing. A row's `mechanisms`
+are the cycles of the time its value divides by: the deployment's for `time_per_mvm` and
+`model_with_io_pb_per_s`, the on-wafer product's for `model_pb_per_s`, the slowest PE's
+phases 1 and 3 for the SDK's and `cerebras_*` (hunt 76: all the deployment's, "host_io
+100%"). `per_pe_wse2_grouped.png`: the slice alone per PE on its grouped grid
+(`perf.pe_trace`): each PE's phase-1 and phase-3 cycles from its own tiles, the reshuffle's
+ring words on every PE, the SRAM of the plan.
 """
 
 from __future__ import annotations
@@ -70,6 +74,9 @@ __all__ = ["run", "run_predictions", "paper_operator", "checked", "NAME"]
 
 NAME = "ltaief23-tlrmvm"
 SOURCE = "Ltaief et al., SC23 (DOI 10.1145/3581784.3627042): case only, no published figure"
+PUBLISHED = {"systems": 48, "pb_per_s": 92.58}  # SC23's abstract: a check, fitted to nothing
+CHECK_SOURCE = ("Ltaief et al., SC23 (DOI 10.1145/3581784.3627042), abstract: 92.58 PB/s "
+                "on 48 CS-2, 35,784,000 PEs; relative or absolute bytes not stated")  # fmt: skip
 PAPER = {"n": 9801, "nb": 256, "threshold": 1e-3}
 RULE = "matrix"  # what the threshold is relative to: ||A||_F for every tile, as ecrc's acc
 CACHE_KEEP = 3  # cached slices (one a seed, 74 MB each) kept: the latest used
@@ -177,8 +184,10 @@ def _speed(n: int, nb: int, seed: int) -> dict:
     }
 
 
-def _row(name: str, value: float, unit: str, params: dict, mech=None) -> PredictionRow:
-    return PredictionRow(name, value, unit, params, None, SOURCE, mech)
+def _row(name: str, value: float, unit: str, params: dict, mech=None, published=None):
+    """A prediction, or a check beside `published` (SC23's figure, CHECK_SOURCE)."""
+    src = SOURCE if published is None else CHECK_SOURCE
+    return PredictionRow(name, value, unit, params, published, src, mech)
 
 
 def _alt(rep, value: float) -> dict:
@@ -221,12 +230,14 @@ def _sdk_rows(held, split, spec, params: dict) -> list[PredictionRow]:
         p = {**params, "grid": plan["grid"], "rank_chunk": plan["rank_chunk"], "bytes": conv}
         p |= {"copies": rep.extra["copies_per_system"], "pes": c["program_pes"]}
         p |= {"bytes_per_pe": c["relative_bytes_per_pe_max"], "sram": spec.sram_bytes_per_pe}
-        mech, key = rep.predicted.by_mechanism(), "" if conv == "held" else "_real_split"
+        # the slowest PE's phases 1 and 3: the time these rows divide by (hunt 76)
+        mech, key = dict(c["slowest_pe_mechanisms"]), "" if conv == "held" else "_real_split"
         alt = rep.extra["phase1_alternative"]["cerebras"]
+        pub = PUBLISHED["pb_per_s"] if params["systems"] == PUBLISHED["systems"] else None
         for kind in ("relative", "absolute"):
             value, q = c[f"sdk_{kind}_bytes_per_s"] / 1e15, {**p, "scaling": "sdk 750 x 994"}
             q |= _alt(rep, alt[f"sdk_{kind}_bytes_per_s"] / 1e15)
-            rows.append(_row(f"sdk_{kind}{key}_pb_per_s", value, "PB/s", q, mech))
+            rows.append(_row(f"sdk_{kind}{key}_pb_per_s", value, "PB/s", q, mech, pub))
         key = "_complex" if conv == "held" else ""  # historical names: complex64 = held
         q = {**p, "bytes": "complex64" if conv == "held" else conv}
         q["scaling"] = "tile PEs of the copies"
@@ -251,17 +262,12 @@ def _case_rows(name: str, layout: str, seed: int):
     base |= {"grid": list(plan.grid), "rank_chunk": plan.rank_chunk}
     one = predict(wafer, plan, op, fns=fns)
     p1 = {**base, "systems": 1, "copies": 1, "pes": plan.grid[0] * plan.grid[1], "per": "mvm"}
-    mech, alt = one.predicted.by_mechanism(), one.extra["phase1_alternative"]
-    t_alt = one.predicted_s - one.extra["on_wafer_s"] + alt["on_wafer_s"]
+    alt, x = one.extra["phase1_alternative"], one.extra
+    t_alt = one.predicted_s - x["on_wafer_s"] + alt["on_wafer_s"]
+    q, b = p1 | _alt(one, t_alt * 1e6), p1 | _alt(one, alt["model_bytes_per_s"] / 1e15)
     rows = [
-        _row("time_per_mvm", one.predicted_s * 1e6, "µs", p1 | _alt(one, t_alt * 1e6), mech),
-        _row(
-            "model_pb_per_s",
-            one.extra["model_bytes_per_s"] / 1e15,
-            "PB/s",
-            p1 | _alt(one, alt["model_bytes_per_s"] / 1e15),
-            mech,
-        ),
+        _row("time_per_mvm", one.predicted_s * 1e6, "µs", q, one.predicted.by_mechanism()),
+        _row("model_pb_per_s", x["model_bytes_per_s"] / 1e15, "PB/s", b, _mech(one)),
     ]
     info = {"plan": plan.describe(), "slice": _summary(one)}
     split = None
@@ -273,10 +279,9 @@ def _case_rows(name: str, layout: str, seed: int):
         rep = predict(wafer, plan, op, fns=fns, on=Deployment(systems, fill=True))
         params = {**base, "systems": systems, "copies": rep.extra["copies_per_system"]}
         params["per"] = "mvm"
-        mech = rep.predicted.by_mechanism()
-        for key, extra in (
-            ("model", "model_bytes_per_s"),
-            ("model_with_io", "model_bytes_per_s_with_io"),
+        for key, extra, mech in (
+            ("model", "model_bytes_per_s", _mech(rep)),
+            ("model_with_io", "model_bytes_per_s_with_io", rep.predicted.by_mechanism()),
         ):
             q = params | _alt(rep, rep.extra["phase1_alternative"][extra] / 1e15)
             rows.append(_row(f"{key}_pb_per_s", rep.extra[extra] / 1e15, "PB/s", q, mech))
@@ -288,6 +293,11 @@ def _case_rows(name: str, layout: str, seed: int):
             rows += _sdk_rows(rep, s_rep, spec, params)
             info[f"systems_{systems}_real_split"] = _summary(s_rep)
     return rows, info, pe_trace(wafer, plan, one)
+
+
+def _mech(rep) -> dict:
+    """The on-wafer product's cycles by mechanism: `model_bytes_per_s`'s time (no I/O)."""
+    return rep.predicted.leaf("on_wafer").by_mechanism()
 
 
 def _summary(rep) -> dict:

@@ -12,8 +12,10 @@ rectangle. `perf`'s module doc says how these figures sit beside the model's own
 from __future__ import annotations
 
 from wse_core.cost.perf import PerfModel
+from wse_core.errors import PlacementError
 from wse_core.hw.spec import WaferSpec
 
+from wse_hpc.tlrmvm.budget import program_rectangle
 from wse_hpc.tlrmvm.grouped_plan import GroupedPlan
 from wse_hpc.tlrmvm.packed import PackedPlan
 from wse_hpc.tlrmvm.pe_programs import PHASE1_FORM, PeProgram, pe_tiles, real_pairs
@@ -33,12 +35,17 @@ PROGRAM_RECTANGLE = (750, 994)  # the largest user rectangle of a CS-2 (SDK exam
 
 def copies_per_system(plan, spec: WaferSpec) -> int:
     """Copies of the plan's grid (frequency slices) that fill one system's program
-    rectangle (`spec.program_rows x program_cols`: 750 x 994 on a CS-2), else the spec's
-    logical grid. The rectangle is clipped to the grid (hunt 62: a preset's rectangle kept
-    under a grid shrunk by `--set pe_rows=...`, or a whole spec file's, may be larger)."""
-    r = min(spec.program_rows or spec.pe_rows, spec.pe_rows)
-    c = min(spec.program_cols or spec.pe_cols, spec.pe_cols)
-    return (r // plan.grid[0]) * (c // plan.grid[1])
+    rectangle (`budget.program_rectangle`: `spec.program_rows x program_cols`, 750 x 994 on
+    a CS-2, clipped to the grid; else the spec's logical grid); at least 1. PlacementError
+    for a plan past the rectangle, which the planners refuse (hunt 76: a 1 x 995 plan was
+    priced as 0 copies beside 36 PB/s in the SDK's count)."""
+    (r, c), (rows, cols) = program_rectangle(spec), plan.grid
+    if rows > r or cols > c:
+        raise PlacementError(
+            f"the plan's {rows} x {cols} PEs do not fit a {spec.name} program's {r} x {c}; "
+            "plan it for this wafer"
+        )
+    return (r // rows) * (c // cols)
 
 
 def bytes_convention(plan) -> str:
@@ -60,7 +67,7 @@ def cerebras_bandwidth(
     systems: int = 1,
     copies: int = 1,
     phase1: str = PHASE1_FORM,
-) -> dict[str, float | str]:
+) -> dict[str, object]:
     """Relative and absolute bandwidth (bytes/s) as the SDK reports a matvec, in the bytes
     this plan's PEs hold (`bytes`: `bytes_convention`): the SDK's count of each PE's real
     (2m x 2n) tiles (`pe_tiles`), halved for a complex operator held as complex64. Time: the
@@ -72,9 +79,13 @@ def cerebras_bandwidth(
     per system, times `systems`. `relative_bytes_per_pe_max`: the most relative bytes one
     PE counts for one vector (its tiles once, their x and y), and `relative_exceeds_sram`
     flags a plan where that is more than its SRAM (`ltaief23_tlrmvm` refuses such a row).
-    `phase1`: the phase-1 form the PEs run (`pe_programs.FORMS`), `phase1_form` in the result."""
+    `phase1`: the phase-1 form the PEs run (`pe_programs.FORMS`), `phase1_form` in the result;
+    `slowest_pe_mechanisms`: the slowest PE's cycles by mechanism (`Cost.timed_mechanisms`),
+    which sum to `slowest_pe_cycles`, the time every figure here divides by."""
     b, programs = plan.batch, pe_tiles(plan, phase1)
-    cycles = max(model.cost(p.work(1, b) + p.work(3, b)).cycles for p in programs)
+    costs = (model.cost(p.work(1, b) + p.work(3, b)) for p in programs)
+    slowest = max(costs, key=lambda c: c.cycles)
+    cycles = slowest.cycles
     held = [p for p in programs if p.phase1 or p.phase3]
     tile_pes = sum(p.pes for p in held)
     share = _held_share(plan)
@@ -89,12 +100,14 @@ def cerebras_bandwidth(
     scale = copies * systems
     rect = PROGRAM_RECTANGLE[0] * PROGRAM_RECTANGLE[1] * systems
     most = share * max((one(p, "relative_bytes") for p in held), default=0.0)
-    out: dict[str, float | str] = {
+    out: dict[str, object] = {
         "bytes": bytes_convention(plan),
         "phase1_form": phase1,
         # the time and the bytes below both cover every vector of one product (hunt 70)
         "vectors_per_product": b,
         "slowest_pe_cycles": cycles,
+        # what sets them, summing to them (hunt 76: the rows showed the deployment's host I/O)
+        "slowest_pe_mechanisms": slowest.timed_mechanisms(),
         "seconds": seconds,
         "tile_pes_per_copy": tile_pes,
         "program_pes": tile_pes * scale,

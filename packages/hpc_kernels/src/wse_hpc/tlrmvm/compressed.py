@@ -144,8 +144,8 @@ class TlrOperator:
             "bases_bytes": self.bases_bytes,
             "dense_bytes": self.dense_bytes,
             "compression_ratio": self.compression_ratio,
-            # JSON has no NaN (hunt 69: `run --json` printed `NaN`): an older file's unknown
-            # error is null
+            "error_bound": self.error_bound,  # the rule's bound on error_fro (hunt 76)
+            # JSON has no NaN (hunt 69: `run --json` printed it): an older file's error is null
             "error_fro": self.error_fro if math.isfinite(self.error_fro) else None,
         }
 
@@ -181,7 +181,10 @@ def least_nb(shape: tuple[int, int]) -> int:
 
 def tiles_problem(shape: tuple[int, int], nb: int, name: str) -> str | None:
     """The line refusing tile size `nb` (the option or argument `name`) for an operator of
-    `shape` when it cuts more tiles than the limit `tlr_tiles`, else None."""
+    `shape` that it is larger than, or cuts into more tiles than the limit `tlr_tiles`."""
+    if nb > max(shape):  # hunt 76: "tile size nb must be an integer in 1..100", no --nb
+        m, n = shape
+        return f"{name} {nb} is larger than the matrix ({m} x {n}); give {name} {max(m, n)} or less"
     if _tiles(shape, nb) <= limit("tlr_tiles"):
         return None
     return (
@@ -192,8 +195,7 @@ def tiles_problem(shape: tuple[int, int], nb: int, name: str) -> str | None:
 
 
 def threshold_problem(threshold: float, name: str) -> str | None:
-    """The line refusing a threshold (the option or argument `name`) below LEAST_THRESHOLD,
-    else None."""
+    """The line refusing a threshold (the option or argument `name`) below LEAST_THRESHOLD."""
     if float(threshold) >= LEAST_THRESHOLD:
         return None
     return (
@@ -285,8 +287,7 @@ def load_operator(path: str | Path) -> TlrOperator:
 
 def _is_operator(data: dict[str, np.ndarray]) -> bool:
     """Every member there, and `format` the integer _FORMAT (hunt 69: 1.5 and '1' passed)."""
-    need = {"format", "shape", "nb", "threshold", "ranks", "u", "v"}
-    if not need <= set(data):
+    if not {"format", "shape", "nb", "threshold", "ranks", "u", "v"} <= set(data):
         return False
     fmt = np.asarray(data["format"])
     return fmt.shape == () and fmt.dtype.kind in "iu" and int(fmt) == _FORMAT

@@ -53,7 +53,7 @@ from wse_hpc.tlrmvm.grouped_plan import GroupedPlan, group_position
 from wse_hpc.tlrmvm.grouped_storage import at_in_order, in_order, storage_order, stored
 from wse_hpc.tlrmvm.wafer import TlrBases, TlrFns, check_vector
 
-__all__ = ["resolve_kernel", "tlrmvm_grouped"]
+__all__ = ["kernel_note", "resolve_kernel", "tlrmvm_grouped"]
 
 
 def row_index(plan: GroupedPlan, padded: tuple[int, int], adjoint: bool) -> dict[str, np.ndarray]:
@@ -95,6 +95,15 @@ def row_lengths(plan: GroupedPlan, padded: tuple[int, int], pair: int) -> tuple[
 
 
 KERNELS = ("auto", "pe", "xla")
+# Below this many bytes of placed bases the PE kernels' parallel regions cost more than they
+# save. Hunt 76, the 2-core VM, one device, medians of 5 rounds of 9 products (pe / xla, ms):
+# 70 x 45 complex (0.02 MB) 0.02-0.03 / 0.03-0.05, but single rounds of 150-190 ms and a
+# median of 136 ms when its products alternate with an XLA-dot engine's; n 1024 (1.3 MB)
+# 0.40-0.49 / 0.10-0.16; n 2048 (4.8 MB) 0.48 / 0.21; n 3072 (7.9 MB) 0.58-1.08 /
+# 0.31-2.9; n 4096 (8.2 MB) 0.21-0.91 / 3.7-4.1; n 9801 (34 MB) 2.1-2.6 / 19.5-19.9.
+# `auto` still picks "pe" there (its tests and the PE path's coverage rest on it): the run
+# notes it (`kernel_note`).
+PE_KERNEL_MIN_BYTES = 8_000_000
 
 
 def resolve_kernel(wafer: Wafer, plan: GroupedPlan, kernel: str) -> str:
@@ -114,6 +123,20 @@ def resolve_kernel(wafer: Wafer, plan: GroupedPlan, kernel: str) -> str:
             "use kernel='xla' (or 'auto')"
         )
     return "pe" if ok and kernel != "xla" else "xla"
+
+
+def kernel_note(plan: GroupedPlan, asked: str, ran: str) -> str | None:
+    """A line for a run whose `asked` kernel "auto" ran the PE kernels ("pe") on fewer bases
+    than PE_KERNEL_MIN_BYTES, where they were measured no faster than XLA's dots and far
+    slower beside other busy threads; None otherwise (hunt 76)."""
+    mb = plan.padded_bases_bytes / 1e6
+    if asked != "auto" or ran != "pe" or plan.padded_bases_bytes >= PE_KERNEL_MIN_BYTES:
+        return None
+    return (
+        f"note: --kernel auto ran the PEs' numba kernels on {mb:.2g} MB of bases; below "
+        f"{PE_KERNEL_MIN_BYTES / 1e6:g} MB they measured no faster than XLA's dots, and "
+        "beside other busy threads up to ~0.2 s a product: --kernel xla times XLA's dots"
+    )
 
 
 def tlrmvm_grouped(wafer: Wafer, plan: GroupedPlan, *, kernel: str = "auto") -> TlrFns:

@@ -34,11 +34,10 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
-from wse_core.errors import PlacementError
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 
-from wse_hpc.tlrmvm.budget import refuse_sram
+from wse_hpc.tlrmvm.budget import fits_program, program_rectangle, refuse_grid, refuse_sram
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import PlanBase, bases_itemsize, ceil_div
 
@@ -203,7 +202,8 @@ def plan_grouped(
     """The grouped plan whose product `price(plan, spec)` says is fastest (`perf.product_s`:
     the predicted seconds of one product, the PE programs and fabric of that very plan),
     among one plan per group size s in GROUP_SIZES, each with the ledger's largest rank
-    chunk (or `rank_chunk`) that fits a PE's SRAM and on no more PEs than the wafer has;
+    chunk (or `rank_chunk`) that fits a PE's SRAM and on no more PEs than a program gets
+    (`budget.program_rectangle`: 750 x 994 on a CS-2);
     ties to the one padding less, then the smaller s. Refused if no size fits a PE's SRAM
     or the PEs do not suffice. `real_split`: the PEs hold complex tiles as real (2m x 2n)
     tiles (`wafer`)."""
@@ -215,6 +215,7 @@ def plan_grouped(
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
     fits, too_big, sizes = [], None, sorted({min(s, max(mt, nt)) for s in GROUP_SIZES})
+    least_w = []  # per size: the least rank chunk whose grid fits the PEs and SRAM (hunt 76)
     for s in sizes:
         ring = ceil_div(max(mt, nt), s)
         cols, rows = deal_groups(ranks.sum(0), ring, s), deal_groups(ranks.sum(1), ring, s)
@@ -223,15 +224,18 @@ def plan_grouped(
         def total(w: int, ring=ring, s=s) -> int:
             return sum(_bytes(nb, ring, w, s, batch, isz, bsz).values())
 
+        k = ceil_div(deg, program_rectangle(spec)[1])  # Koenig: deg colours, w a PE column
+        if fits_program((ring, 1), spec) and total(k) <= ledger.free_bytes():
+            least_w.append(k)
         w = rank_chunk if rank_chunk is not None else ledger.largest(total, 1, deg)
         if w < 1 or total(w) > ledger.free_bytes():
             continue
-        if ring > spec.pe_rows or ceil_div(deg, w) > spec.pe_cols:  # Koenig: deg colours
-            too_big = too_big or (ring, ceil_div(deg, w), w)  # the first (fewest PEs) misfit
+        if not fits_program((ring, ceil_div(deg, w)), spec):  # the program's PEs (hunt 76)
+            too_big = too_big or ((ring, ceil_div(deg, w)), w)  # the first (fewest PEs) misfit
             continue
         fits.append((cols, rows, w))
     if not fits and too_big:
-        _refuse_grid(*too_big, spec)
+        refuse_grid("grouped", *too_big, spec, asked=rank_chunk, least=min(least_w, default=None))
     if not fits:  # no group size fits a PE: the option to change and what fits (hunt 69)
 
         def least(w: int, b: int) -> int:  # the PE bytes of the size that needs the fewest
@@ -263,8 +267,8 @@ def _coloured(
     eq = np.arange(len(ei)) - np.repeat(np.cumsum(k) - k, k)  # rank row q within its tile
     colour = colour_slices(np.stack([row_grp[ei], col_grp[ej]], axis=1), ring, ring)
     width = ceil_div(int(colour.max(initial=0)) + 1, w)
-    if ring > spec.pe_rows or width > spec.pe_cols:
-        _refuse_grid(ring, width, w, spec)
+    if not fits_program((ring, width), spec):  # never: the colours are the largest load
+        refuse_grid("grouped", (ring, width), w, spec, asked=None, least=None)
     v_rank = np.full((ring, width, w, 3), -1, np.int64)
     u_rank = np.full((ring, width, w, 3), -1, np.int64)
     edges = np.stack([ei, ej, eq], axis=1)
@@ -272,13 +276,6 @@ def _coloured(
     u_rank[row_grp[ei], colour // w, colour % w] = edges
     head = (op.shape, op.nb, op.tiles, int(w), batch, op.dtype.itemsize, str(op.dtype))
     return GroupedPlan(*head, cols, rows, v_rank, u_rank, real_split=real_split)
-
-
-def _refuse_grid(rows: int, cols: int, w: int, spec: WaferSpec) -> None:
-    raise PlacementError(
-        f"TLR-MVM (grouped) needs {rows} x {cols} PEs (rank chunk {w}) but {spec.name} "
-        f"has {spec.pe_rows} x {spec.pe_cols}; use a larger nb or wafer"
-    )
 
 
 def _fields(op: TlrOperator, plan: GroupedPlan) -> tuple[np.ndarray, np.ndarray]:

@@ -21,12 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import fabric
-from wse_core.errors import PlacementError
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 from wse_core.hw.wafer import Wafer
 
-from wse_hpc.tlrmvm.budget import refuse_sram
+from wse_hpc.tlrmvm.budget import fits_program, least_chunk, refuse_grid, refuse_sram
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (
     FP32_PRODUCTS,
@@ -159,12 +158,13 @@ def plan_packed(
         win_tile,
         real_split=real_split,
     )
-    rows, cols = plan.grid
-    if rows > spec.pe_rows or cols > spec.pe_cols:
-        raise PlacementError(
-            f"TLR-MVM (packed) needs {rows} x {cols} PEs (rank chunk {rank_chunk}) but "
-            f"{spec.name} has {spec.pe_rows} x {spec.pe_cols}; use a larger nb or wafer"
-        )
+    if not fits_program(plan.grid, spec):  # the program's PEs, not the wafer's (hunt 76)
+
+        def grid(w: int) -> tuple[int, int]:  # a tile column's slices, end to end
+            return max(1, int(ceil_div(op.ranks, w).sum(0).max())), op.tiles[1]
+
+        fit = least_chunk(grid, spec, lambda w: total(w) <= ledger.free_bytes(), kmax)
+        refuse_grid("packed", plan.grid, rank_chunk, spec, asked=asked, least=fit)
     return plan
 
 

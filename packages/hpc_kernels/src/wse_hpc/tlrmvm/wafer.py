@@ -11,8 +11,8 @@ chunk) of tile (i, j):
   slices side by side in the order the reshuffle delivers them (one contiguous GEMV).
 Bases are zero-padded to w columns per PE (zero columns act as the rank masks), so
 p_i = max_j ceil(k_ij / w). The SRAM ledger picks w: the largest rank chunk whose bases and
-vector buffers fit one PE, which gives the fewest PEs; a plan that needs more PE rows or
-columns than the wafer has, or more SRAM than a PE has, is refused at plan time. Every
+vector buffers fit one PE, which gives the fewest PEs; a plan that needs more PEs than a
+program gets (`budget.program_rectangle`) or more SRAM than a PE has is refused. Every
 planner takes `real_split`: the PEs hold each complex tile as the real (2m x 2n) tile
 [[Re, -Im], [Im, Re]] (16 mn bytes, twice complex64; `bases_itemsize`), as the SDK's
 single-tile-matvec would store it, so the ledger picks a smaller w (`perf`'s real-split
@@ -44,12 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from wse_core import fabric
-from wse_core.errors import PlacementError
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 from wse_core.hw.wafer import Wafer, build_wafer
 
-from wse_hpc.tlrmvm.budget import refuse_sram
+from wse_hpc.tlrmvm.budget import fits_program, least_chunk, refuse_grid, refuse_sram
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 
 __all__ = [
@@ -226,6 +225,7 @@ def plan_placement(
     def total(w: int, b: int = batch) -> int:
         return sum(_bytes_per_pe(op.nb, nt, w, ceil_div(kmax, w), b, isz, bsz).values())
 
+    asked = rank_chunk
     if rank_chunk is None:
         rank_chunk = ledger.largest(total, 1, kmax)
         if rank_chunk < 1:  # hunt 69: say --batch and what fits, not the allocation
@@ -246,13 +246,13 @@ def plan_placement(
     )
     for name, nbytes in plan.bytes_per_pe().items():  # an explicit rank_chunk may not fit
         ledger.allocate(name, nbytes)
-    rows, cols = plan.grid
-    if rows > spec.pe_rows or cols > spec.pe_cols:
-        raise PlacementError(
-            f"TLR-MVM needs {rows} x {cols} PEs (rank chunk {rank_chunk}, {mt} x {nt} tiles) "
-            f"but {spec.name} has {spec.pe_rows} x {spec.pe_cols}; use a larger nb or a "
-            f"larger wafer"
-        )
+    if not fits_program(plan.grid, spec):  # the program's PEs, not the wafer's (hunt 76)
+
+        def grid(w: int) -> tuple[int, int]:  # each band as tall as its largest rank
+            return int(np.maximum(1, ceil_div(op.ranks.max(1), w)).sum()), nt
+
+        fit = least_chunk(grid, spec, lambda w: total(w) <= spec.sram_bytes_per_pe, kmax)
+        refuse_grid("banded", plan.grid, rank_chunk, spec, asked=asked, least=fit)
     return plan
 
 
