@@ -23,6 +23,7 @@ import typer  # noqa: E402
 from wse_cli.app import app  # noqa: E402
 from wse_cli.commands import experiments  # noqa: E402
 from wse_cli.testing import clean_env, invoke, refused_in_one_line  # noqa: E402
+from wse_core.cost.reads import read  # noqa: E402
 from wse_core.studies.experiment import ExperimentResult, PredictionRow, write_experiment  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)  # a FIFO hung the writer for ever
@@ -63,7 +64,9 @@ def test_an_entry_that_is_no_file_is_refused_before_the_run(tmp_path, never_run,
 
 
 def fake(*, quick: bool, seed: int) -> ExperimentResult:
-    """An experiment standing in for wafer-yield (its sweep takes the quick run's rows)."""
+    """An experiment standing in for wafer-yield (its sweep takes the quick run's rows); it
+    reads clock_hz, as a wafer's prediction does (a sweep of a key nothing reads is refused)."""
+    read("clock_hz", 1e9)
     return ExperimentResult("wafer-yield", seed, {}, [], [PredictionRow("t", 1.0, "s", {})])
 
 

@@ -151,7 +151,20 @@ def test_cfd_runs_at_the_rayleigh_floor():
 
 
 # -- 6, 7. sweeps ----------------------------------------------------------------------------
-def test_a_sweep_prints_no_nan_for_predictions_of_zero(tmp_path):
+def _zeros(*, quick: bool, seed: int):
+    """A stand-in that reads clock_hz and predicts 0 (wafer-yield reads no assumption, so its
+    sweep is refused since hunt 76)."""
+    from wse_core.cost.reads import read
+    from wse_core.studies.experiment import ExperimentResult, PredictionRow
+
+    read("clock_hz", 1e9)
+    return ExperimentResult("wafer-yield", seed, {}, [], [PredictionRow("z", 0.0, "", {})])
+
+
+def test_a_sweep_prints_no_nan_for_predictions_of_zero(tmp_path, monkeypatch):
+    from wse_cli.commands import experiments
+
+    monkeypatch.setattr(experiments, "load", lambda name: _zeros)
     code, output = invoke(ROOT, ["experiments", "run", "wafer-yield", "--sweep", "clock_hz",
                                  "--out", tmp_path / "o"])  # fmt: skip
     assert code == 0, output

@@ -87,9 +87,9 @@ def test_help_and_version_are_refused_under_several_processes(args, line):
 
 def test_a_sweep_rerun_notes_the_earlier_sweep_and_names_both_files(tmp_path):
     out = tmp_path / "o"
-    base = ["experiments", "run", "wafer-yield", "--out", str(out), "--sweep"]
-    code, first = invoke(ROOT, [*base, "clock_hz=1e9,2e9"])
-    folder = out / "wafer-yield"
+    base = ["experiments", "run", "sc22-stencil25", "--out", str(out), "--sweep"]
+    code, first = invoke(ROOT, [*base, "clock_hz=1e9,2e9"])  # wafer-yield reads no clock: refused
+    folder = out / "sc22-stencil25"
     assert code == 0, first[-2000:]
     assert "note:" not in first
     assert first.strip().splitlines()[-1] == f"wrote {folder}/sweep_clock_hz.md, sweep_clock_hz.csv"

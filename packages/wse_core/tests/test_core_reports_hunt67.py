@@ -61,6 +61,8 @@ def test_results_json_is_strict_json_with_each_non_finite_number_null_and_named(
         "measurements[0].t": "nan",
         "predictions[0].value": "nan",
         "predictions[1].value": "inf",
+        "predictions[0].ratio": "nan",
+        "predictions[1].ratio": "inf",
         "predictions[1].params.ratio": "-inf",
     }
     assert data["predictions"][2]["value"] == 3.0  # finite values as they were

@@ -19,7 +19,7 @@ def test_wafer_yield_monte_carlo_matches_closed_form_and_is_seeded(tmp_path):
     folder = write_experiment(a, tmp_path)
     data = json.loads((folder / "results.json").read_text())
     assert set(data) == {"experiment", "seed", "config", "measurements", "predictions"}
-    keys = {"name", "value", "unit", "params", "published", "source", "role"}
+    keys = {"name", "value", "unit", "params", "published", "source", "role", "ratio"}
     assert set(data["predictions"][0]) == keys
     # No published figure and no role given: a prediction; the table says so per row.
     assert data["predictions"][0]["role"] == "prediction"

@@ -2,13 +2,15 @@
 output).
 
 Each experiment is a function `run(*, quick: bool, seed: int) -> ExperimentResult` in its
-package; the registry below maps names to "module:function" so listing imports nothing.
-`run NAME --sweep KEY=a,b,c` reruns only the predictions once per value of one assumption
-(the module's `<function>_predictions(*, seed)` when it has one, else the quick run) and
-prints how each moves (`wse_core.studies.sweeps`). On a terminal a rich progress line shows
-while an experiment runs and a bar counts a sweep's values; piped or captured output stays
-exactly the same (`wse_core.host.progress`). A run or sweep holds `--out`'s lock for its
-experiment while it works (`_writing`): a second one into the same `--out` is refused at once.
+package; the registry below maps names to "module:function" so listing imports nothing. `run
+NAME --sweep KEY=a,b,c` reruns only the predictions once per value of one assumption (the
+module's `<function>_predictions(*, seed)` when it has one, else the quick run) and prints how
+each moves (`wse_core.studies.sweeps`); a key (or an --assume) the predictions never read is
+refused, as a run refuses an --assume, once the first value shows what they read
+(`_read_or_refused`). On a terminal a rich progress line shows while an experiment runs and a
+bar counts a sweep's values; piped or captured output stays exactly the same
+(`wse_core.host.progress`). A run or sweep holds `--out`'s lock for its experiment while it
+works (`_writing`): a second one into the same `--out` is refused at once.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def load(name: str):
 
     if name not in EXPERIMENTS:
         close = suggest(name, EXPERIMENTS)
-        fail(f"unknown experiment {shown(name)}{close}; see `wse experiments list`")
+        known = ", ".join(EXPERIMENTS)  # hunt 76: as an unknown --assume key, the names given
+        fail(f"unknown experiment {shown(name)}{close}; known: {known} (`wse experiments list`)")
     module, func = EXPERIMENTS[name][0].split(":")
     return getattr(importlib.import_module(module), func)
 
@@ -289,7 +292,10 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
 
             def counted(*, seed: int):  # one call per value of the sweep: the bar's unit
                 nonlocal rows_done
-                rows = predict(seed=seed)
+                if rows_done:
+                    rows = predict(seed=seed)
+                else:  # the first value's: what they read says whether the key moves them
+                    rows = _read_or_refused(predict, seed, name, key, changes)
                 rows_done += 1
                 done(rows_done)
                 return rows
@@ -301,6 +307,28 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
         note(f"note: {path.parent} held {earlier}; its files are replaced by this run's")
     typer.echo(result.markdown())
     typer.echo(f"wrote {path}, {path.with_suffix('.csv').name}")
+
+
+def _read_or_refused(predict, seed: int, name: str, key: str, changes: dict) -> list:
+    """`predict(seed=)` (the sweep's first value, its key assumed), refused (one line, exit 2)
+    where its pricing never read the swept key or an --assume one (hunt 76: `wafer-yield
+    --sweep clock_hz` printed 32 rows of +0.0%, `leviathan23-speculative` reran its measured
+    run per value): `wse_core.cost.listing.refuse_unread`, as a run refuses an --assume.
+    What they read is known once they have run: the first value alone runs before it."""
+    from wse_core.cost.assumptions import active
+    from wse_core.cost.calibration import current
+    from wse_core.cost.listing import refuse_unread
+    from wse_core.cost.reads import recording
+    from wse_core.errors import SpecError
+
+    with recording() as got:
+        rows = predict(seed=seed)
+    refuse_unread(changes, got, current(), f"experiment {name}")
+    try:
+        refuse_unread({key: active()[key]}, got, current(), f"experiment {name}")
+    except SpecError as e:  # the same line, naming the option given
+        fail(str(e).replace("--assume", "--sweep", 1))
+    return rows
 
 
 @app.command("assumptions")

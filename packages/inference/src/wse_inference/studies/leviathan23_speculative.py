@@ -91,16 +91,20 @@ one step (v less the rejection sampling). `formula_with_verify_cost` =
 published one is the target). `round_in_run_ms` (decode time / rounds) is shown beside
 `round_ms`, and `plain_step_in_run_ms` (the plain decoder's decode time / tokens) beside
 `target_step_ms`: the timer's fidelity to the runs.
-`noisy` flags a row whose measured speedup exceeds its tokens per pass (hunt 73: 2.654 over
-2.629, printed as a result): the speedup is tokens per pass x plain step / round, and a round
-(gamma drafts and a gamma + 1-token verification) takes at least a plain step, so such a row
-says the machine's load moved between its paired runs, not how fast speculation is;
-`noisy_note` says so with the row's own figures (empty when not noisy).
+`noisy` flags a row whose figures say something impossible: a measured speedup over its
+tokens per pass (hunt 73: 2.654 over 2.629, printed as a result; the speedup is tokens per
+pass x plain step / round), or a round timed faster than a plain step, in the runs
+(`round_in_run_ms` < `plain_step_in_run_ms`; hunt 76: 99.85 < 107.33 ms was not flagged) or
+by the timer (`round_ms` < `target_step_ms`). A round (gamma drafts and a gamma + 1-token
+verification) takes at least a plain step, so such a row says the machine's load moved
+between its paired runs, not how fast speculation is; `noisy_note` names each, with the
+row's own figures (empty when not noisy).
 Timings are most repeatable with one XLA thread (XLA_FLAGS=--xla_cpu_multi_thread_eigen=false):
 the speculative and the plain decoder then get the same single core. On a machine shared
 with other jobs the target step varies 1.5-2x between rows; each row's quantities are
 interleaved in time, rows are not.
-Predictions (the same in --quick): the formula on a fixed grid of (a, gamma, c). --quick
+Predictions (the same in --quick): the formula on a fixed grid of (a, gamma, c)
+(`run_predictions`, which `--sweep` reruns; they read no assumption, so a sweep is refused). --quick
 measures fewer tokens, pairs and gammas, the 1-layer draft only.
 """
 
@@ -114,7 +118,7 @@ from wse_core.studies.experiment import ExperimentResult, PredictionRow
 from wse_inference.speculative.verify import expected_speedup, expected_tokens_per_pass
 from wse_inference.studies.speculative_timing import round_costs
 
-__all__ = ["run", "round_costs"]
+__all__ = ["run", "run_predictions", "round_costs"]
 
 SOURCE = None  # the formula is in REFERENCES.md; no measured speedup is published there
 GRID = [(a, g, c) for a in (0.6, 0.8, 0.9) for g in (2, 4, 8) for c in (0.05, 0.1)]
@@ -198,7 +202,8 @@ def _row(target, draft, draft_layers, gamma, runs, bases, ratios, costs) -> dict
     run_round_ms = statistics.median(r.decode_s / r.metrics["speculative"]["rounds"] for r in runs)
     plain_step_ms = statistics.median(b.decode_s / (len(b.tokens) - 1) for b in bases)
     speed = statistics.median(ratios)
-    noisy = speed > tpp  # a round faster than a plain step: impossible, the load moved
+    note = _noisy_note(speed, tpp, (run_round_ms * 1e3, plain_step_ms * 1e3),
+                       (cost["round_ms"], cost["target_step_ms"]))  # fmt: skip
     pred = expected_speedup(alpha, gamma, c)
     corrected = expected_tokens_per_pass(alpha, gamma) / (gamma * c + v)
     return {
@@ -224,15 +229,35 @@ def _row(target, draft, draft_layers, gamma, runs, bases, ratios, costs) -> dict
         "within_10pct": abs(speed / pred - 1) <= 0.10,
         "formula_with_verify_cost": corrected,
         "ratio_with_verify_cost": speed / corrected,
-        "noisy": noisy,
-        "noisy_note": _noisy_note(speed, tpp, run_round_ms, plain_step_ms) if noisy else "",
+        "noisy": bool(note),
+        "noisy_note": note,
     }
 
 
-def _noisy_note(speed: float, tpp: float, round_s: float, step_s: float) -> str:
-    return (f"speedup {speed:.3f} > tokens per pass {tpp:.3f}: a round timed faster than a "
-            f"plain step ({round_s * 1e3:.1f} < {step_s * 1e3:.1f} ms in the runs), which it "
-            "cannot be; the machine's load moved between the paired runs")  # fmt: skip
+def _noisy_note(
+    speed: float, tpp: float, in_runs: tuple[float, float], timed: tuple[float, float]
+) -> str:
+    """What is impossible in a row (the module docstring; "" when nothing is): `in_runs` (a
+    round and a plain step in the runs, ms), `timed` (the timer's round and target step, ms)."""
+    (run_round, plain), (rnd, step) = in_runs, timed
+    checks = (
+        (speed > tpp, f"speedup {speed:.3f} > tokens per pass {tpp:.3f}"),
+        (run_round < plain, f"a round timed faster than a plain step ({_ms(run_round, plain)} "
+                            "ms in the runs)"),
+        (rnd < step, f"a round timed faster than a target step ({_ms(rnd, step)} ms by the "
+                     "timer)"),
+    )  # fmt: skip
+    bad = [text for failed, text in checks if failed]
+    if not bad:
+        return ""
+    return (f"{'; '.join(bad)}: impossible, as a round takes at least a plain step; the "
+            "machine's load moved between the paired runs")  # fmt: skip
+
+
+def _ms(low: float, high: float) -> str:
+    """ "low < high" with the fewest decimals (one at least) that tell them apart."""
+    digits = next((d for d in range(1, 6) if f"{low:.{d}f}" != f"{high:.{d}f}"), 6)
+    return f"{low:.{digits}f} < {high:.{digits}f}"
 
 
 def _figure(rows: list[dict]):
@@ -254,7 +279,7 @@ def _figure(rows: list[dict]):
     bad = [r for r in rows if r["noisy"]]
     if bad:  # a speedup above the tokens per pass: the load moved, not a result
         ax.plot([r["gamma"] for r in bad], [r["measured_speedup"] for r in bad], "o", ms=12,
-                mfc="none", color="tab:red", label="noisy: speedup > tokens per pass")  # fmt: skip
+                mfc="none", color="tab:red", label="noisy: the load moved")  # fmt: skip
     ax.set_xlabel("gamma (draft tokens per round)")
     ax.set_ylabel("speedup over the target alone")
     ax.legend(fontsize=8)
@@ -269,6 +294,15 @@ def _prompt(n: int, vocab: int, seed: int) -> list[int]:
     return np.random.default_rng(seed).integers(1, vocab, n).tolist()
 
 
+def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
+    """The formula on `GRID` (what `--sweep` reruns: it reads no assumption, so a sweep is
+    refused at once, never a rerun of the measured part per value: hunt 76)."""
+    return [
+        PredictionRow("speedup", expected_speedup(a, g, c), "x", {"alpha": a, "gamma": g, "c": c})
+        for a, g, c in GRID
+    ]
+
+
 def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
     from wse_inference.engine import SamplingParams
 
@@ -281,10 +315,7 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
     rows = []
     for layers in (1,) if quick else (1, 2):
         rows += _measure(target, layers, gammas, sampling, prompt, repeats)
-    predictions = [
-        PredictionRow("speedup", expected_speedup(a, g, c), "x", {"alpha": a, "gamma": g, "c": c})
-        for a, g, c in GRID
-    ]
+    predictions = run_predictions(seed=seed)
     return ExperimentResult(
         experiment="leviathan23-speculative",
         seed=seed,

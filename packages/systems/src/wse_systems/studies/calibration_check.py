@@ -9,7 +9,8 @@ Wang-oss-tech/csl-experiments (cycles; fits `task_activation_cycles`), lingzhi22
 @fmacs trace (elements per cycle, a check), Rocki et al.'s allreduce at about 1.1 x the
 diameter (a check of the sourced fabric constants), Llama 3.1 8B batch-1 decode on one
 WSE-3 (tokens/s, a check; the published setup, `wse_systems.token.PUBLISHED_SETUP`). Each
-row says its role and carries its cycles by mechanism.
+row says its role and carries its cycles by mechanism and what its own pricing read (`_priced`,
+`read_by`), not the whole run's.
 
 Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2 with
 the fitted ones in place, units, mechanism, basis, and its source or the rows that fit it)
@@ -39,7 +40,9 @@ from wse_core.cost.calibration import (
 )
 from wse_core.cost.mechanisms import CONSTANTS
 from wse_core.cost.perf import PerfModel
-from wse_core.studies.experiment import ExperimentResult, PredictionRow
+from wse_core.cost.reads import Reads, recording
+from wse_core.cost.work import Op
+from wse_core.studies.experiment import ExperimentResult, PredictionRow, read_by
 
 from wse_systems.token import decode_case, decode_check_row
 
@@ -70,33 +73,56 @@ def _table_ii() -> dict[str, tuple[str, float, float]]:
     return out
 
 
-def _mechanisms(case: str) -> dict[str, float] | None:
-    """The row's predicted cycles by mechanism (per step, per allreduce, per token)."""
+def _priced(case: str) -> tuple[dict[str, float] | None, Reads]:
+    """The row's predicted cycles by mechanism (per step, per allreduce, per token; None for
+    a share or a width) and what its pricing read, listed beside the row alone (`read_by`;
+    hunt 76: each row listed the whole run's reads, the WSE-3 clock and the exponential
+    beside Table II's grids, every leave-one-out refit's fitted values)."""
     from wse_core.cost import calibration as cal
     from wse_core.cost.assumptions import calibration_spec  # the rows' wafer (hunt 66)
 
-    if case.startswith("stencil25") and "busy" not in case:
-        return PerfModel(calibration_spec("wse2")).evaluate(cal.table_ii_phases(1)).by_mechanism()
-    if case.startswith("llama"):
-        spec, phases = decode_case()
-        return PerfModel(spec).evaluate(phases).by_mechanism()
-    if case.startswith("allreduce"):
-        spec, work = cal.allreduce_case(current())
-        return PerfModel(spec).cost(work).timed_mechanisms()
-    if case.startswith("summa"):
-        return PerfModel(calibration_spec("wse2")).cost(cal.summa_work()).timed_mechanisms()
-    return None
+    with recording() as got:
+        if case.startswith("stencil25"):  # the busy share is a share of the same step
+            timing = PerfModel(calibration_spec("wse2")).evaluate(cal.table_ii_phases(1))
+            mech = None if "busy" in case else timing.by_mechanism()
+        elif case.startswith("llama"):
+            spec, phases = decode_case()
+            mech = PerfModel(spec).evaluate(phases).by_mechanism()
+        elif case.startswith("allreduce"):
+            spec, work = cal.allreduce_case(current())
+            mech = PerfModel(spec).cost(work).timed_mechanisms()
+        elif case.startswith("summa"):
+            mech = PerfModel(calibration_spec("wse2")).cost(cal.summa_work()).timed_mechanisms()
+        else:
+            mech = None
+            _note_fmac_width()
+    return mech, got
+
+
+def _note_fmac_width() -> None:
+    """Note what the @fmacs check, an fp32 FMAC's width on the calibration's WSE-2
+    (`calibration.rows`; `Op.width` notes nothing), reads: its SIMD width and SRAM ports,
+    each moving where an end of its sweep moves the width."""
+    from wse_core.cost.assumptions import calibration_spec
+    from wse_core.cost.reads import read
+
+    spec, op = calibration_spec("wse2"), Op("fmac", "fp32", 10)
+    for key in ("fp32_mul_width", "sram_read_bytes_per_cycle", "sram_write_bytes_per_cycle"):
+        ends = CONSTANTS[key].sweep or ()
+        moves = any(op.width(spec.replace(**{key: v})) != op.width(spec) for v in ends)
+        read(key, getattr(spec, key), moves)
 
 
 def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
-    """Every calibration row as a prediction (Gcell/s, busy share, cycles, tokens/s)."""
+    """Every calibration row as a prediction (Gcell/s, busy share, cycles, tokens/s), each
+    with what its own pricing read."""
     out = []
     grids = _table_ii()
     for row in [*rows(), decode_check_row()]:
         case, role = str(row["case"]), str(row["role"])
         params: dict[str, object] = {"case": case, "role": role, "bound": row["bound"]}
         pub, model = float(row["published"]), float(row["model"])  # type: ignore[arg-type]
-        mech = _mechanisms(case)
+        mech, got = _priced(case)
         if case in grids:
             grid, giga_cells, pub_value = grids[case]
             params |= {"wafer": "wse2", "grid": grid, "nz": STENCIL_NZ, "per": "step"}
@@ -116,7 +142,7 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
             params |= {"wafer": "wse3", "wafers": 1, "model": "llama3.1-8b", "per": "token"}
             value, pub_value, unit, name = 1 / model, 1 / pub, "tokens/s", "tokens_per_s"
             src = SOURCES["llama3.1-8b"]
-        out.append(PredictionRow(name, value, unit, params, pub_value, src, mech))
+        out += read_by(got, PredictionRow(name, value, unit, params, pub_value, src, mech))
     return out
 
 

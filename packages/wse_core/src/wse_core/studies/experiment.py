@@ -9,19 +9,20 @@ reads back as the float results.json holds: hunt 71, `.6g` wrote 0.9999999567983
 from `wse_core.trace.png.trace_figure`) as `<name>.png` beside them.
 
 Each prediction row is `{"name", "value", "unit", "params", "published", "source",
-"mechanisms", "role"}`; `role` says what the row is to the calibration (`row_role`): "fits K"
-(a calibration row that fits constant K), "check" (a published figure nothing is fitted on) or
-"prediction" (no published figure here); `published` and `source` are filled only from
-references/calibration-rows.md (None otherwise); `mechanisms` (optional) is the row's predicted
-cycles by mechanism (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's
+"mechanisms", "role", "ratio"}`; `role` says what the row is to the calibration (`row_role`):
+"fits K" (a calibration row that fits constant K), "check" (a published figure nothing is
+fitted on) or "prediction" (no published figure here); `published` and `source` are filled only
+from references/calibration-rows.md (None otherwise); `ratio` is value / published (None
+without it; hunt 76: the tables' column alone had it); `mechanisms` (optional) is the row's
+predicted cycles by mechanism (`wse_core.cost.perf.Timing.by_mechanism`, per the unit the row's
 `params["per"]` names), shown in the tables and drawn as `mechanisms.png` (stacked shares per
 row) whenever a row has it. Beside each row, in the tables and as the row's "assumed" in
 results.json, the swept constants that move it, with the values priced and their ranges
-(`wse_core.cost.listing`): what pricing the row read (`read_by`), else what the whole run
-read (`run_experiment`, the shell's call, which keeps the calibration in force too: "assumed"
-and "calibration" of results.json), else a guess from its mechanisms. `--quick` may shrink
-the measured part; predictions must be the same either way. In a notebook a result shows its
-tables and figure (`_repr_html_`, `.plot()`: `wse_core.notebook`).
+(`wse_core.cost.listing`): what pricing the row read (`read_by`), else what the whole run read
+(`run_experiment`, the shell's call, which keeps the calibration in force too: "assumed" and
+"calibration" of results.json), else a guess from its mechanisms. `--quick` may shrink the
+measured part; predictions must be the same either way. In a notebook a result shows its tables
+and figure (`_repr_html_`, `.plot()`: `wse_core.notebook`).
 
 results.json is strict JSON (hunt 67: NaN and Infinity were written, which jq, JavaScript and
 `json.loads(parse_constant=...)` refuse): a number that is not finite (a row's value NaN for
@@ -76,16 +77,20 @@ class PredictionRow:
     # what pricing this row read (`wse_core.cost.reads.Reads`, `read_by`); None: not recorded
     assumed: Any = dataclasses.field(default=None, compare=False, repr=False)
 
+    @property
+    def ratio(self) -> float | None:
+        """value / published; None without a published figure (or with 0)."""
+        return self.value / self.published if self.published else None
+
     def to_dict(self) -> dict[str, Any]:
-        """DESIGN.md's row; `mechanisms` only when the row has it; `role` always; `assumed`
-        where the row recorded what it read."""
+        """DESIGN.md's row; `mechanisms` only when the row has it; `role` and `ratio` always;
+        `assumed` where the row recorded what it read."""
         out = dataclasses.asdict(dataclasses.replace(self, assumed=None))
         if out["mechanisms"] is None:
             del out["mechanisms"]
-        out["role"] = row_role(self)
-        if self.assumed is None:
-            del out["assumed"]
-        else:
+        out["role"], out["ratio"] = row_role(self), self.ratio
+        del out["assumed"]
+        if self.assumed is not None:
             out["assumed"] = [e.to_dict() for e in _listed(self.assumed, None)]
         return out
 
@@ -98,9 +103,14 @@ def read_by(reads: Any, *rows: PredictionRow) -> list[PredictionRow]:
 
 
 def _listed(reads: Any, changed: dict[str, float] | None) -> tuple:
+    """`wse_core.cost.listing.listed`, each constant's values distinct beyond float noise (a
+    relative 1e-9; hunt 76: two refits agreeing to 1e-14 listed "302.3, 302.3")."""
     from wse_core.cost.listing import listed
 
-    return listed(reads, changed)
+    def distinct(v: tuple[float, ...]) -> tuple[float, ...]:  # ascending
+        return tuple(x for i, x in enumerate(v) if not i or not math.isclose(x, v[i - 1]))
+
+    return tuple(dataclasses.replace(e, values=distinct(e.values)) for e in listed(reads, changed))
 
 
 def row_role(p: PredictionRow) -> str:
@@ -230,9 +240,8 @@ def table_rows(
     header += ["assumed (value, sweep range, basis)"] if with_assumed else []
     rows = []
     for p in result.predictions:
-        ratio = p.value / p.published if p.published else None
         cells: list[Any] = [p.name, row_role(p), p.value, p.unit, p.params, p.published]
-        cells += [ratio, p.source]
+        cells += [p.ratio, p.source]
         cells += [mechanism_text(p.mechanisms)] if with_mech else []
         cells += [_assumed_text(p, result)] if with_assumed else []
         rows.append([_fmt(x, exact) for x in cells])
@@ -255,9 +264,8 @@ def csv_text(rows: list[list[Any]]) -> str:
 
 
 def _require_folder(folder: Path) -> None:
-    """A WseError where `folder` is there but no folder (hunt 62: FileExistsError from mkdir;
-    the CLI refuses it before the run, this is for the library's callers: a sweep's write;
-    `atomic_folder` says the same for `write_experiment`)."""
+    """A WseError where `folder` is there but no folder (hunt 62: FileExistsError from mkdir),
+    for the library's callers: a sweep's write (`atomic_folder` for `write_experiment`)."""
     import os
 
     from wse_core.errors import WseError
@@ -269,12 +277,11 @@ def _require_folder(folder: Path) -> None:
 def write_experiment(result: ExperimentResult, out_dir: str | Path) -> Path:
     """Write the result's files into `out_dir/<experiment>/` and return that folder.
 
-    All or none: the files are written into a new folder beside it, which replaces the
-    folder whole once every file is written (`atomic_folder`; hunt 64: `ulimit -f` stopped
-    a run at figure.png and left its new tables beside an older run's figure; hunt 65: so
-    did a SIGTERM between two renames). A .png (or measurements.csv) there that this run
-    does not write is an older run's (the folder is the experiment's) and goes with the old
-    folder; other files (a sweep's `sweep_*`) stay."""
+    All or none: the files are written into a new folder beside it, which replaces the folder
+    whole once every file is written (`atomic_folder`; hunt 64: `ulimit -f` stopped a run at
+    figure.png, its new tables beside an older run's figure; hunt 65: so did a SIGTERM between
+    two renames). A .png (or measurements.csv) there that this run does not write is an older
+    run's and goes with the old folder; other files (a sweep's `sweep_*`) stay."""
     folder = Path(out_dir) / result.experiment  # atomic_folder refuses a file there
     figures = {"figure": result.figure, **result.extra_figures}
     figures.setdefault("mechanisms", mechanism_figure(result.predictions))
