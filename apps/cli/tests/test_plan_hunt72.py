@@ -75,7 +75,7 @@ def _validated(params: Path, *overrides: str):
 def test_plan_train_prices_the_step_wse_train_runs(name, tmp_path):
     params = _on_a_system(name, tmp_path)
     step, micro, config = _validated(params)
-    assert config.train_input.micro_batch_size is None  # the files leave it unset
+    assert config.train_input.micro_batch_size == "auto"  # the files leave it unset: auto
     d = _plan(params)
     w = d["wafer"]
     assert d["inputs"]["micro_batch_size"] == "auto"

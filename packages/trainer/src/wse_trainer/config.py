@@ -4,11 +4,11 @@
 overrides), `optimizer` (an optax transform and its schedule) and `runconfig` (steps,
 checkpoints, `num_csx`, the wafer). `load_config(path, overrides)` reads the file, applies
 dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML) and returns a frozen
-`TrainConfig`; ModelZoo's `runconfig.eval_steps` and `optimizer.betas: [b1, b2]` are read
-as `eval_input.eval_steps` and beta1, beta2 (`wse_trainer.modelzoo_keys`). Unknown sections
-or keys, duplicate keys and wrong types are `ConfigError`s that name the key and suggest the
-closest valid one. What the values cannot run is checked before anything compiles by
-`wse_trainer.config_check.check_config` (`batch_size % num_csx`, sequence length vs model).
+`TrainConfig`; ModelZoo's spellings of our settings (`runconfig.eval_steps`,
+`max_checkpoints`, `optimizer.betas`, GPT-2's model keys) are moved to ours
+(`wse_trainer.modelzoo_keys`). Unknown sections or keys, duplicate keys and wrong types are
+`ConfigError`s naming the key and what to give instead. What the values cannot run is
+checked before anything compiles by `wse_trainer.config_check.check_config`.
 """
 
 from __future__ import annotations
@@ -57,11 +57,11 @@ class InputConfig:
     data_dir: str | list[str] = "stdlib"
     text_key: str = "text"
     batch_size: int = 16  # global, over all num_csx replicas (each gets batch_size / num_csx)
-    # per system, as ModelZoo has it: sequences each replica runs at once, its gradients
-    # accumulated over batch_size / num_csx / micro_batch_size micro-batches; "auto": the
-    # largest the SRAM ledger fits; "explore": the fastest the predicted step finds; "none":
-    # the whole per-system batch at once; unset: auto, in `wse train` and `wse plan` alike
-    micro_batch_size: int | str | None = None
+    # per system, as ModelZoo's: sequences a replica runs at once, gradients accumulated over
+    # batch_size / num_csx / micro_batch_size; "auto" (the key left out, as ModelZoo's): the
+    # largest the SRAM ledger fits; "explore": the fastest predicted; "none", or a file's null
+    # (ModelZoo's "disable micro batch tiling", read as "none"): the whole per-system batch
+    micro_batch_size: int | str | None = "auto"
     max_sequence_length: int = 128
     shuffle_seed: int = 0
     split: str = "train"  # "train" | "eval" | "all" (`splits.default_splits`): 1/20 held out
@@ -106,9 +106,9 @@ class RunConfig:
     mode: str = "train"  # train | eval | train_and_eval
     model_dir: str = "model_dir"
     checkpoint_path: str | None = None
-    checkpoint_steps: int = 50
-    keep_checkpoint_max: int = 3
-    log_steps: int = 10
+    checkpoint_steps: int | None = 50  # 0, null: no periodic save (ModelZoo's), the last still
+    keep_checkpoint_max: int | None = None  # ModelZoo's max_checkpoints: None or 0 keeps all
+    log_steps: int = 10  # 0: the last step's line only (ModelZoo's)
     eval_frequency: int | None = None  # train_and_eval: evaluate every this many steps
     seed: int = 0
     num_csx: int = 1
@@ -227,6 +227,8 @@ def _section(name: str, data: Any, written: Mapping[str, Written]) -> Any:
         # named as written (hunt 73: `betas: [0.9, 1.5]` was refused as optimizer.beta2's)
         where = w.name if (w := written.get(f"{name}.{key}")) else f"{name}.{key}"
         kwargs[key] = checked_value(where, value, (cls, key))
+        if key == "micro_batch_size" and kwargs[key] is None:  # ModelZoo's "disable micro
+            kwargs[key] = "none"  # batch tiling"; the key left out is "auto" (hunt 76)
         if w and (why := modelzoo_keys.written_problem(where, key, kwargs[key])):
             raise ConfigError(why)
     for key in ("model_dir", "checkpoint_path") if name == "runconfig" else ():
@@ -329,7 +331,7 @@ def _known_key(section: str, key: str, item: str) -> None:
 
         cls, keys = wse_models.ModelConfig, ["preset"]
     keys += sorted(f.name for f in dataclasses.fields(cls) if f.name != "name")
-    zoo = [k for s, k in MODELZOO_KEYS if s == section]  # moved to ours, listed as ours
+    zoo = modelzoo_keys.zoo_keys(section)  # ModelZoo's moved or read as ours
     if key not in keys + zoo:
         raise ConfigError(
             f"unknown key {section}.{shown(key, quote=False)}{hint(section, key, keys)} in "

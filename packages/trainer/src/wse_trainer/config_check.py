@@ -3,7 +3,8 @@
 `check_config(config, model_max_seq_len, model_vocab_size)` takes a `TrainConfig`, read
 from a file or built in Python, checks its types and finiteness as the file reader does
 (`check_types`, with `wse_trainer.config.checked_value`'s messages) and raises a `ConfigError`
-naming the key for what its values cannot run: counts that must be positive,
+naming the key for what its values cannot run: counts that must be positive (0 and null
+mean what ModelZoo's do for checkpoint_steps, log_steps and keep_checkpoint_max),
 ranges (`optimizer.beta1` in [0, 1), `runconfig.seed` a 64-bit integer), choices
 (`runconfig.mode`, `optimizer.lr_schedule`), limits (`batch_size` and `num_csx` within the
 limits `batch_size` and `systems` of `wse_core.host.limits`) and the settings that must
@@ -38,7 +39,7 @@ from wse_trainer.config import (
     checked_value,
     refuse_unused,
 )
-from wse_trainer.modelzoo_keys import eval_steps_problem
+from wse_trainer.modelzoo_keys import eval_steps_problem, keep_problem
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit, scheduler_list
 
 __all__ = [
@@ -142,8 +143,9 @@ def check_config(
             f"runconfig.sample_prompt {shown(run.sample_prompt)} is not UTF-8 text ({where}); "
             "give UTF-8 text"
         )
-    for name in ("max_steps", "checkpoint_steps", "log_steps", "num_csx", "keep_checkpoint_max"):
+    for name in ("max_steps", "num_csx"):
         _positive(f"runconfig.{name}", getattr(run, name))
+    _check_cadence(run)
     _check_run_extras(config)
     _positive("runconfig.num_steps", run.num_steps)
     if run.num_steps is not None and run.num_steps > run.max_steps:  # hunt 59: was taken
@@ -229,6 +231,25 @@ def _check_input_run(name: str, inp: InputConfig, run: RunConfig, max_seq_len: i
             f"{name}.max_sequence_length={inp.max_sequence_length} exceeds the model's "
             f"max_seq_len={max_seq_len}; use at most {max_seq_len}"
         )
+
+
+# What 0 asks of a cadence, as ModelZoo reads it (hunt 76: refused, "must be positive"):
+# cstorch saves no checkpoint at checkpoint_steps None or 0, and logs the final step alone at
+# log_steps 0 (`run_cstorch_flow.is_log_step`); ours saves the final step still (what a
+# resume, an eval or an export reads: `wse_trainer.cadence`)
+ZERO_CADENCE = {"checkpoint_steps": "no periodic checkpoint, the last step's alone",
+                "log_steps": "the last step's line alone"}  # fmt: skip
+
+
+def _check_cadence(run: RunConfig) -> None:
+    """checkpoint_steps and log_steps: 0 (null: checkpoint_steps) or a positive count;
+    keep_checkpoint_max: null, 0 (both: every checkpoint kept) or a positive count."""
+    for name, zero in ZERO_CADENCE.items():
+        value = getattr(run, name)
+        if value is not None and value < 0:
+            raise ConfigError(f"runconfig.{name} must be >= 0 (0: {zero}), got {value}")
+    if why := keep_problem("runconfig.keep_checkpoint_max", run.keep_checkpoint_max):
+        raise ConfigError(why)
 
 
 def _check_run_extras(config: TrainConfig) -> None:

@@ -1,8 +1,9 @@
 """ModelZoo's keys for settings this stack holds under other keys, moved to ours.
 
-ModelZoo's `runconfig.eval_steps` is our `eval_input.eval_steps`, and its AdamW's
-`optimizer.betas: [b1, b2]` our `beta1` and `beta2` (`MODELZOO_KEYS`; hunt 72: they were
-refused, "did you mean 'max_steps'?"). `moved(data)` is a copy of one params mapping (a
+ModelZoo's `runconfig.eval_steps` is our `eval_input.eval_steps`, its `max_checkpoints` our
+`keep_checkpoint_max`, its AdamW's `optimizer.betas: [b1, b2]` our `beta1` and `beta2`, its
+GPT-2 model keys HF's names of ours (`MODELZOO_KEYS`; hunt 72: they were refused, "did you
+mean 'max_steps'?"). `moved(data)` is a copy of one params mapping (a
 file's, or a command line's overrides as a mapping) in our keys, with each setting it moved
 as the user wrote it (`Written`), so that a line about it names the key written (hunt 73:
 `betas: [0.9, 1.5]` was refused as `optimizer.beta2`). `moved_problem(data)` is the line
@@ -10,27 +11,39 @@ why a mapping cannot move: betas no pair, or one setting given both ways, differ
 same mapping. A file's settings are moved before a command line's overrides apply, each
 mapping on its own, so that an override in either spelling replaces the file's value (hunt
 73: `optimizer.beta2=0.99` over a file's betas was "give it once"). `written_problem` checks
-a moved setting's range at read time, named as written. Imports only `optimizer_names` of
-wse_trainer: the reader (`wse_trainer.config`) imports it.
+a moved setting's range at read time, named as written.
+
+ModelZoo's model keys whose meaning here depends on the model's arch (`MODEL_VALUES`: the
+`nonlinearity`, and the settings the arch fixes, positions, norms, biases, dropout) are read
+once the arch is known, by `session.model_config`: `model_values(fields, arch_of)` moves a
+`nonlinearity` to our `mlp_activation` and drops a setting at the value the model runs, or
+says what runs instead (hunt 76: "did you mean 'tie_embeddings'?"), and gives a gpt2 whose
+heads alone are given (ModelZoo's GPT-2 has no other) as many key/value heads. Imports only
+`optimizer_names` of wse_trainer: the reader (`wse_trainer.config`) imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from wse_core.errors import shown, suggest
 
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit
 
-__all__ = ["MODELZOO_KEYS", "MODELZOO_NOTES", "Written", "eval_steps_problem", "hint", "moved",
-           "moved_problem", "same", "written_problem"]  # fmt: skip
+__all__ = ["MODELZOO_KEYS", "MODELZOO_NOTES", "MODEL_VALUES", "NONLINEARITIES", "Written",
+           "eval_steps_problem", "hint", "keep_problem", "model_values", "moved",
+           "moved_problem", "same", "written_problem", "zoo_keys"]  # fmt: skip
 
 # (ModelZoo's section, its key) -> (our section, our keys), one key a value of its list;
 # ModelZoo's GPT-2 / Llama model keys are HF's names of ours (hunt 75: max_position_embeddings
-# was "did you mean 'tie_embeddings'?")
+# was "did you mean 'tie_embeddings'?"); max_checkpoints: None or 0 keeps every checkpoint,
+# as ModelZoo's `CkptInfo.update` (hunt 76: refused, "did you mean 'checkpoint_steps'?")
 MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
+                 ("runconfig", "max_checkpoints"): ("runconfig", ("keep_checkpoint_max",)),
                  ("optimizer", "betas"): ("optimizer", ("beta1", "beta2")),
+                 ("model", "share_embedding_weights"): ("model", ("tie_embeddings",)),
+                 ("model", "layer_norm_epsilon"): ("model", ("norm_eps",)),
                  ("model", "hidden_size"): ("model", ("d_model",)),
                  ("model", "num_hidden_layers"): ("model", ("n_layers",)),
                  ("model", "num_heads"): ("model", ("n_heads",)),
@@ -50,6 +63,11 @@ MODELZOO_NOTES = {
     **{(s, k): v for s in ("train_input", "eval_input") for k, v in _INPUT_NOTES.items()},
     ("optimizer", "correct_bias"): "no equivalent: adam and adamw always correct the bias",
     ("optimizer", "loss_scaling_factor"): "no equivalent: no loss scaling (fp32 gradients)",
+    ("model", "mixed_precision"): (
+        "no such key: model.dtype sets it; bfloat16 is 16-bit compute over fp32 master "
+        "weights, as mixed_precision true, and float32 none"
+    ),
+    ("model", "fp16_type"): "no such key: model.dtype: bfloat16 is the one 16-bit type here",
     ("", "trainer"): (
         "ModelZoo 2.x's trainer: format is not read; give the 1.x params sections "
         "train_input, eval_input, model, optimizer, runconfig"
@@ -151,12 +169,128 @@ def eval_steps_problem(where: str, value: Any) -> str | None:
     )
 
 
+def keep_problem(where: str, value: Any) -> str | None:
+    """The line for a keep_checkpoint_max (`where`: as written) below 0, or None."""
+    if value is None or value >= 0:
+        return None
+    return f"{where} must be >= 0 (checkpoints kept; 0 or null: every one), got {value}"
+
+
 def written_problem(where: str, key: str, value: Any) -> str | None:
     """The line for a moved setting (our `key`, `where` its name as written) out of range."""
     if key in IN_UNIT:
         return outside_unit(where, value)
+    if key == "keep_checkpoint_max":
+        return keep_problem(where, value)
     return eval_steps_problem(where, value) if key == "eval_steps" else None
 
 
+# ModelZoo's `nonlinearity` (its `layers/activations.py` names, read in any case, as its
+# `get_activation`) -> (our mlp_activation, gated). The gating is the arch's here: gpt2
+# applies one activation to the up projection, llama gates (act(gate) * up). ModelZoo's
+# "gelu" and "geglu" are torch's erf GELU; ours is the tanh form (HF's gelu_new), at most
+# 4.7e-4 from it (at x = 2.70)
+NONLINEARITIES = {"gelu": ("gelu", False), "gelu_new": ("gelu", False),
+                  "gelu_fast": ("gelu", False), "relu": ("relu", False),
+                  "squared_relu": ("relu2", False), "silu": ("silu", False),
+                  "swish": ("silu", False), "swiglu": ("silu", True), "reglu": ("relu", True),
+                  "geglu": ("gelu", True)}  # fmt: skip
+_DROPOUT = ("dropout_rate", "embedding_dropout_rate", "attention_dropout_rate")
+# ModelZoo's model keys whose value the arch fixes here: (gpt2's, llama's), and what runs;
+# a key at the model's own value is dropped, at another refused with that line
+_BY_ARCH = {
+    "position_embedding_type": (("learned", "rotary"), "positions are the arch's here"),
+    "norm_type": (("layernorm", "rmsnorm"), "the norm is the arch's here"),
+    **{k: ((True, False), "biases are the arch's here")
+       for k in ("use_projection_bias_in_attention", "use_ffn_bias_in_attention",
+                 "use_ffn_bias")},
+    "use_bias_in_output": ((False, False), "the output layer has no bias here"),
+    "attention_type": (("scaled_dot_product",) * 2, "attention is scaled dot product here"),
+    "loss_scaling": (("num_tokens",) * 2, "the loss is the mean over the batch's tokens here"),
+    "loss_weight": ((1.0, 1.0), "the loss is not weighted here"),
+    **{k: ((0.0, 0.0), "there is no dropout here") for k in _DROPOUT},
+}  # fmt: skip
+MODEL_VALUES = frozenset({"nonlinearity", *_BY_ARCH})
+
+
+def zoo_keys(section: str) -> list[str]:
+    """ModelZoo's keys of `section` read as ours (moved, or `MODEL_VALUES`)."""
+    moved_keys = [k for s, k in MODELZOO_KEYS if s == section]
+    return moved_keys + (sorted(MODEL_VALUES) if section == "model" else [])
+
+
+def _agrees(value: Any, ours: Any) -> bool:
+    """Whether a ModelZoo value is ours: text in any case, numbers by value, bools as bools."""
+    if isinstance(ours, str):
+        return isinstance(value, str) and value.casefold() == ours
+    if isinstance(ours, bool) or isinstance(value, bool):
+        return value is ours
+    return isinstance(value, int | float) and value == ours
+
+
+def _nonlinearity(value: Any, arch: str) -> tuple[str | None, str | None]:
+    """(our mlp_activation, None) for ModelZoo's nonlinearity on `arch`, or (None, why)."""
+    gated = arch == "llama"
+    names = [k for k, (_, g) in NONLINEARITIES.items() if g == gated]
+    use = f"use one of {', '.join(names)} (this model is {arch})"
+    if not isinstance(value, str) or value.casefold() not in NONLINEARITIES:
+        return (
+            None,
+            f"model.nonlinearity {shown(repr(value), quote=False)} has no equivalent here; {use}",
+        )
+    ours, its_gated = NONLINEARITIES[value.casefold()]
+    if its_gated != gated:
+        kind = "a gated MLP (act(gate) * up)" if its_gated else "an MLP of one activation"
+        other = "llama" if its_gated else "gpt2"
+        return None, (
+            f"model.nonlinearity {value!r} is {kind}, the {other} arch's here; {use}, or a "
+            f"{other} preset"
+        )
+    return ours, None
+
+
+def model_values(
+    fields: Mapping[str, Any], arch_of: Callable[[], str]
+) -> tuple[dict[str, Any], str | None]:
+    """(the model section's `fields` in our keys, None), or (`fields`, the line why not), of
+    a model whose arch ("gpt2" or "llama") `arch_of()` says, asked only where it matters:
+    ModelZoo's `MODEL_VALUES` keys read (module contract), and a gpt2's n_kv_heads its n_heads
+    where only n_heads is given (gpt2 has no grouped-query attention: ModelZoo's GPT-2 and
+    HF's GPT2Config give its heads alone)."""
+    asks = MODEL_VALUES & fields.keys() or ("n_heads" in fields and "n_kv_heads" not in fields)
+    arch = str(arch_of()) if asks else ""
+    out = dict(fields)
+    if arch == "gpt2" and "n_heads" in fields and "n_kv_heads" not in fields:
+        out["n_kv_heads"] = fields["n_heads"]
+    for key, value in fields.items():
+        if key == "nonlinearity":
+            ours, why = _nonlinearity(value, arch)
+            given = fields.get("mlp_activation")
+            if why is None and given is not None and given != ours:
+                why = (f"model.nonlinearity {value!r} gives model.mlp_activation {ours!r}, and "
+                       f"model.mlp_activation is {given!r}; give it once")  # fmt: skip
+            if why is not None:
+                return dict(fields), why
+            out["mlp_activation"] = ours
+        elif key in _BY_ARCH:
+            values, runs = _BY_ARCH[key]
+            mine, other = values[arch == "llama"], values[arch != "llama"]
+            if not _agrees(value, mine):
+                fix = f"give {_yaml(mine)}"
+                if _agrees(value, other):  # the other arch's: its presets run it
+                    fix = f"use a {'gpt2' if arch == 'llama' else 'llama'} preset for it"
+                return dict(fields), (
+                    f"model.{key} {_yaml(value)}: {runs}, and this {arch} model runs "
+                    f"{_yaml(mine)}; {fix}, or leave the key out"
+                )
+        else:
+            continue
+        del out[key]
+    return out, None
+
+
 def _yaml(value: Any) -> str:
-    return "null" if value is None else repr(value)
+    """A value as a params file gives it (`null`, `true`, `0.0`, 'learned'), bounded."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return shown(repr(value), quote=False)

@@ -12,7 +12,12 @@ known once it is tokenized, and a run evaluating fewer says so (`run._eval_note`
 that prints a predicted figure ends with `prediction_basis(report)`: the calibration in force
 and the constants that move it (`wse_core.cost.listing`), the same text `--validate-only`
 prints (hunt 70: the run's line listed neither); a step's line names before it what the
-run does and the step does not price (`saves_note`: checkpoint saves; hunt 71).
+run does and the step does not price (`saves_note`: checkpoint saves; hunt 71) and, with
+`train_input.packing`, the attention it prices: a run prices its packed rows' attention
+within each document, (query, key) pairs counted on the rows it trains on
+(`attention_pairs`, `Sparsity.attention_pairs_per_row`, as the `varlen-packing` experiment
+prices them); `--validate-only`, before the data is read, prices full causal rows and says
+so (hunt 76: packing moved no figure, unsaid).
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from wse_core.hw.spec import WaferSpec
 
 from wse_trainer.config import TrainConfig
 
-__all__ = ["NOTHING", "eval_line", "prediction_basis", "predict_eval", "run_lines",
-           "saves_note", "step_line"]  # fmt: skip
+__all__ = ["NOTHING", "attention_pairs", "eval_line", "prediction_basis", "predict_eval",
+           "run_lines", "saves_note", "step_line"]  # fmt: skip
 
 NOTHING = "no prediction: this run trains no step and evaluates nothing"
 
@@ -35,15 +40,53 @@ def prediction_basis(report: Any) -> str:
     return report.calibration.describe() + (f"; {listed}" if listed else "")
 
 
-def saves_note(config: TrainConfig) -> str:
-    """The checkpoint saves a training run makes and its prediction leaves out: nothing
-    sourced gives the rate at which MemoryX writes its masters and optimizer state (hunt 71:
-    left out, said nowhere; `llama3_8b` writes ~96 GB 20 times)."""
-    every = config.runconfig.checkpoint_steps
-    return (
-        f"not priced: checkpoint saves (every {every:,} step{'s' * (every != 1)} and at the "
-        "end, MemoryX's masters and optimizer state; no sourced write rate)"
+def saves_note(config: TrainConfig, pairs: float | None = None) -> str:
+    """What a training step's line says its figure leaves out or assumes: the checkpoint
+    saves, as given (`cadence.saves_text`; nothing sourced gives the rate at which MemoryX
+    writes its masters and optimizer state; hunt 71: said nowhere, `llama3_8b` writes ~96 GB
+    20 times) and a count kept, and with packing the attention priced (`pairs`: the run's measured
+    `attention_pairs`; None: not yet known, full causal rows priced)."""
+    from wse_trainer.cadence import saves_text
+
+    run = config.runconfig
+    text = (
+        f"not priced: checkpoint saves ({saves_text(run)}, MemoryX's masters and optimizer "
+        "state; no sourced write rate)"
     )
+    if run.keep_checkpoint_max:  # every one kept (ModelZoo's default) goes unsaid
+        text += (
+            f"; the newest {run.keep_checkpoint_max:,} kept (runconfig.keep_checkpoint_max), "
+            "older ones deleted"
+        )
+    if not config.train_input.packing:
+        return text
+    seq = config.train_input.max_sequence_length
+    full = seq * (seq + 1) // 2
+    if pairs is None:
+        return (
+            f"{text}; train_input.packing: attention priced over full causal rows of {seq:,} "
+            f"tokens ({full:,} (query, key) pairs a row), an upper bound: the documents' "
+            "lengths are known once the data is read, and a run prices its packed rows' pairs"
+        )
+    return (
+        f"{text}; train_input.packing: attention priced within each packed document, "
+        f"{pairs:,.0f} (query, key) pairs a row as measured on the run's rows ({full:,} full "
+        "causal)"
+    )
+
+
+def attention_pairs(rows: Any, eos_id: int) -> float:
+    """The mean causal (query, key) pairs per row of packed `rows` (n, seq_len + 1) whose
+    inputs attend within each document only (`data.segments`: an EOS opens one): the sum over
+    a row's document pieces of n (n + 1) / 2, i.e. of each input token's position + 1."""
+    import numpy as np
+
+    from wse_trainer.data import segments
+
+    total = 0
+    for a in range(0, len(rows), 4096):  # blocks: a large corpus's positions never whole
+        total += int((segments(rows[a : a + 4096, :-1], eos_id).positions + 1).sum(dtype=np.int64))
+    return total / len(rows)
 
 
 def predict_eval(config: TrainConfig, spec: WaferSpec, model: Any, batches: int):
@@ -52,8 +95,8 @@ def predict_eval(config: TrainConfig, spec: WaferSpec, model: Any, batches: int)
     `eval_input.max_sequence_length`, as micro-batches of `eval_input.micro_batch_size`
     (hunt 71: it was checked, then never read; unset: "auto", the largest the training
     ledger places, since the train's `micro_batch_size` need not divide the eval batch;
-    "explore": the fastest eval pass); the ledger's SramBudgetError where not one sequence
-    fits."""
+    "explore": the fastest eval pass; "none" or None: the whole batch); the ledger's
+    SramBudgetError where not one sequence fits."""
     from wse_systems.training.forward import predict_eval as priced
     from wse_systems.training.micro_batch import resolve_micro_batch
     from wse_systems.training.performance import StepLayout
@@ -70,7 +113,7 @@ def predict_eval(config: TrainConfig, spec: WaferSpec, model: Any, batches: int)
                       micro_batch=micro, batches=batches, layout=StepLayout(plan))  # fmt: skip
 
     micro = resolve_micro_batch(
-        "auto" if setting is None else setting, model, spec, batch_per_system=per,
+        setting, model, spec, batch_per_system=per,
         speed=lambda m: eval_pass(m).extra["tokens_per_s"], **where,
     )  # fmt: skip
     return eval_pass(micro)
@@ -91,7 +134,8 @@ def step_line(report: Any, spec: WaferSpec, unpriced: str) -> str:
 
 def run_lines(s: Any, *, trains: bool, evals: bool) -> tuple[list[str], Any]:
     """(the lines, the eval pass's report or None) of a `Session` (module contract)."""
-    lines = [step_line(s.prediction, s.spec, saves_note(s.config))] if trains else []
+    unpriced = saves_note(s.given, s.attention_pairs)  # the cadences as given
+    lines = [step_line(s.prediction, s.spec, unpriced)] if trains else []
     report = None
     if evals:  # every evaluation runs the same batches: the first `eval_steps` the split
         cfg = s.config.eval_input  # holds, as `session.evaluate` does

@@ -2,26 +2,27 @@
 
 Contract. `model_config(config)` (the `model` section's `wse_models.ModelConfig`),
 `validate(config, spec)` (config checks, one replica's memory plan, MemoryX's capacity),
-`predict(config, spec, model, plan)` (the wafer's predicted step on that plan,
-`wse_systems.training.performance.predict_step`; its eval pass and the lines a run prints of
-them: `wse_trainer.predicted`) and `stream_rows(config, spec, model, plan)` (each
-streamed unit's no-stall condition, `wse_systems.training.stall`) allocate nothing;
-`wse_trainer.run` re-exports them. `spec` is the `WaferSpec` the caller resolved once (the
-CLI: `runconfig.wafer` or `--spec FILE`); nothing here resolves a preset name.
-`Session(config, spec, echo)` builds what a run holds while it
-steps: the tokenizer (`<model_dir>/tokenizer.json` when present, else a
-byte-level BPE trained on the train split, saved by process 0), the packed data iterator
-and (unless `mode: train`) the eval split's rows, each split checked against its batch size
-before anything compiles (a ConfigError; the CPU attention kernels' compile started before
-them in a helper process, `wse_models.sdpa_cpu.compile_early`), the `StreamedTrainer` from
-`init_params(seed)` and the prediction on the plan it runs; `Session.state` / `meta` are
-what a checkpoint saves (`wse_trainer.resume.open_checkpoints` restores them). A model_dir
-that cannot be a writable folder is a ConfigError before any work; what a refused Session
-made (the folder, its tokenizer.json) its caller removes (`run_folder.undone_on_error`).
+`predict(config, spec, model, plan, pairs)` (the wafer's predicted step on that plan,
+`wse_systems.training.performance.predict_step`, packed rows at their measured attention
+`pairs`; its eval pass and the lines a run prints of them: `wse_trainer.predicted`) and
+`stream_rows(config, spec, model, plan)` (each streamed unit's no-stall condition,
+`wse_systems.training.stall`) allocate nothing; `wse_trainer.run` re-exports them. `spec`
+is the `WaferSpec` the caller resolved once (the CLI: `runconfig.wafer` or `--spec FILE`).
+`Session(config, spec, echo)` builds what a run holds while it steps: the tokenizer
+(`<model_dir>/tokenizer.json` if there, else a BPE trained on the train split, saved by
+process 0), the packed data iterator and (unless `mode: train`) the eval split's rows, each
+split checked against its batch size before anything compiles (a ConfigError; the CPU
+attention kernels' compile started before them in a helper process,
+`wse_models.sdpa_cpu.compile_early`), the `StreamedTrainer` from `init_params(seed)` and
+the prediction on the plan it runs; `Session.state` / `meta` are what a checkpoint saves
+(`wse_trainer.resume.open_checkpoints` restores them). A model_dir that cannot be a
+writable folder is a ConfigError before any work; what a refused Session made (the folder,
+its tokenizer.json) its caller removes (`run_folder.undone_on_error`).
 `evaluate(s)` is the mean eval loss over the first `eval_steps` batches (all the split holds
 when it holds fewer: the run says so, `wse_trainer.run`); eval_steps left out is the whole
 split, as ModelZoo's `run_cstorch_eval` (hunt 72: 4 batches were): the Session's config holds
-it resolved once the split is read, `Session.settings()` what is saved (as given).
+it resolved once the split is read, and the cadences as the loop reads them
+(`wse_trainer.cadence`); `Session.given` and `Session.settings()` are the config as given.
 """
 
 from __future__ import annotations
@@ -32,23 +33,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wse_core.errors import quoted_number, shown, suggest
+from wse_core.errors import quoted_number, shown
 from wse_core.host.distributed import barrier, is_primary
 from wse_core.hw.spec import WaferSpec
 
 from wse_trainer.config import ConfigError, TrainConfig, number_text
 from wse_trainer.config_check import check_config
+from wse_trainer.modelzoo_keys import hint, model_values
 
-__all__ = [
-    "model_config",
-    "validate",
-    "predict",
-    "stream_rows",
-    "Session",
-    "check_inputs",
-    "fitting_tokenizer",
-    "evaluate",
-]
+__all__ = ["model_config", "validate", "predict", "stream_rows", "Session", "check_inputs",
+           "fitting_tokenizer", "evaluate"]  # fmt: skip
 
 
 def model_config(config: TrainConfig):
@@ -57,13 +51,18 @@ def model_config(config: TrainConfig):
 
     fields = dict(config.model)
     name = str(fields.pop("preset"))
+    fields, why = model_values(  # ModelZoo's keys read by the model's arch (hunt 76)
+        fields, lambda: fields.get("arch") or wse_models.preset_config(name).arch
+    )
+    if why:
+        raise ConfigError(why)
     types = {f.name: str(f.type) for f in dataclasses.fields(wse_models.ModelConfig)}
     types.pop("name")
     for key, value in fields.items():
         if key not in types:
             raise ConfigError(
-                f"unknown key model.{shown(key, quote=False)}{suggest(key, types)}; valid keys: "
-                f"preset, {', '.join(sorted(types))}"
+                f"unknown key model.{shown(key, quote=False)}{hint('model', key, types)}; "
+                f"valid keys: preset, {', '.join(sorted(types))}"
             )
         number = "int" in types[key] or "float" in types[key]
         if number and isinstance(value, str) and number_text(value):  # hunt 56: as spec files
@@ -82,8 +81,8 @@ def batch_per_system(config: TrainConfig) -> int:
 
 def micro_batch(config: TrainConfig, spec: WaferSpec, model: Any) -> int:
     """Sequences per system at once: `train_input.micro_batch_size` resolved
-    (`wse_systems.training.micro_batch`; unset: "auto", ModelZoo's default; "explore": the
-    micro-batch `plan_step` finds fastest)."""
+    (`wse_systems.training.micro_batch`; unset: "auto", ModelZoo's default; "none" or None:
+    the per-system batch; "explore": the micro-batch `plan_step` finds fastest)."""
     from wse_systems.training.micro_batch import plan_step, resolve_micro_batch
     from wse_systems.training.performance import StepLayout
     from wse_systems.training.plan import slots_of
@@ -97,7 +96,7 @@ def micro_batch(config: TrainConfig, spec: WaferSpec, model: Any) -> int:
                          layout=StepLayout(clip_gradients=clips(config)),
                          optimizer_slots=slots_of(config.optimizer))  # fmt: skip
         return int(step.extra["micro_batch"])
-    return resolve_micro_batch("auto" if setting is None else setting, model, spec, **where)
+    return resolve_micro_batch(setting, model, spec, **where)
 
 
 def validate(config: TrainConfig, spec: WaferSpec):
@@ -122,10 +121,13 @@ def clips(config: TrainConfig) -> bool:
     return config.optimizer.max_gradient_norm is not None
 
 
-def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
+def predict(
+    config: TrainConfig, spec: WaferSpec, model: Any, plan: Any, pairs: float | None = None
+):
     """The predicted wafer step (`RunReport`) of `config` on `spec`: each system's batch as
-    micro-batches placed as `plan` (a `MemoryPlan` of one micro-batch) says."""
-    from wse_systems.training.performance import StepLayout, predict_step
+    micro-batches placed as `plan` (a `MemoryPlan` of one micro-batch) says; `pairs`: a row's
+    causal attention pairs (packed rows: `predicted.attention_pairs`; None: full causal)."""
+    from wse_systems.training.performance import Sparsity, StepLayout, predict_step
 
     return predict_step(
         model,
@@ -135,6 +137,7 @@ def predict(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
         micro_batch=micro_batch(config, spec, model),
         seq_len=config.train_input.max_sequence_length,
         layout=StepLayout(plan, clip_gradients=clips(config)),
+        sparsity=Sparsity(attention_pairs_per_row=pairs),
     )
 
 
@@ -257,10 +260,12 @@ class Session:
         from wse_models import sdpa_cpu
         from wse_systems.training.plan import plan_activations
 
+        from wse_trainer.cadence import keep_note, loop_config
         from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
         from wse_trainer.overlap import overlap_note
+        from wse_trainer.predicted import attention_pairs
         from wse_trainer.run_folder import check_resume, keep_decay, make_model_dir
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
@@ -276,6 +281,8 @@ class Session:
             resolve_checkpoint(run_cfg.checkpoint_path)
         check_resume(config, self.model)  # another model's step: refused, never moved aside
         config, note = keep_decay(config)  # the resumed schedule, never stretched: hunt 70
+        self.given = config  # saved as given (`settings`), run with its cadences resolved
+        config = loop_config(config)  # ModelZoo's 0 and null (`wse_trainer.cadence`)
         self.config, self.notes = config, [note] if note else []  # said once the log is open
         # the CPU attention's numba kernels compile in a helper meanwhile (`sdpa_cpu`)
         sdpa_cpu.compile_early(self.model.hd, self.model.dtype, backward=run_cfg.mode != "eval")
@@ -283,6 +290,9 @@ class Session:
         self.dir, seq = make_model_dir(Path(run_cfg.model_dir)), inp.max_sequence_length
         self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
         rows = _rows(self.tok, inp, seq)
+        self.eos_id = self.tok.token_to_id(EOS)  # packed rows: their attention pairs, priced
+        self.attention_pairs = attention_pairs(rows, self.eos_id) if inp.packing else None
+        self.notes += filter(None, [keep_note(self.given, self.dir)])  # the steps it deletes
         self.iterator = BatchIterator(rows, inp.batch_size, inp.shuffle_seed)
         self.eval_rows: Any = None  # both splits checked against their batch sizes here
         self.eval_steps_given = config.eval_input.eval_steps  # None: the whole split
@@ -304,13 +314,9 @@ class Session:
         params = wse_models.init_params(self.model, jax.random.fold_in(self.key, 0))
         tx = base_transform(config.optimizer, run_cfg.max_steps)
         self.layout = choose_layout(
-            self.model,
-            plan,
-            micro_batch=micro,
-            seq_len=seq,
-            local_replicas=run_cfg.num_csx // jax.process_count(),
-            shards=run_cfg.cpu_shards,
-        )
+            self.model, plan, micro_batch=micro, seq_len=seq,
+            local_replicas=run_cfg.num_csx // jax.process_count(), shards=run_cfg.cpu_shards,
+        )  # fmt: skip
         self.trainer = StreamedTrainer(
             self.model,
             params,
@@ -324,8 +330,7 @@ class Session:
             micro_batch=micro,
         )
         self.plan, self.echo, self.micro_batch = plan, echo, micro
-        self.prediction = predict(config, spec, self.model, memory)  # the plan the trainer runs
-        self.eos_id = self.tok.token_to_id(EOS)
+        self.prediction = predict(config, spec, self.model, memory, self.attention_pairs)
 
     def segments(self, batch: Any, packing: bool) -> Any:
         """The packed documents of a batch's inputs (`data.segments`), or None."""
@@ -339,11 +344,11 @@ class Session:
         return {"memx": self.trainer.memx.state_tree(), "rng": jax.random.key_data(self.key)}
 
     def settings(self) -> dict[str, Any]:
-        """The config as saved (params_<mode>.yaml, each checkpoint's meta): eval_steps as
-        given, so a run whose eval split grows evaluates all of it again."""
-        out = self.config.to_dict()
-        out["eval_input"]["eval_steps"] = self.eval_steps_given
-        return out
+        """The config as saved (params_<mode>.yaml, each checkpoint's meta): eval_steps and
+        the cadences as given, so a run whose eval split grows evaluates all of it again."""
+        from wse_trainer.cadence import given_settings
+
+        return given_settings(self.config, self.given)
 
     def meta(self, step: int) -> dict[str, Any]:
         return {
