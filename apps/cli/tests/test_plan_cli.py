@@ -190,7 +190,11 @@ def test_plan_infer_at_a_per_user_speed():
         assert side["meets_speed"] and side["tokens_per_s_per_user"] >= 300
     more = _json(["plan", "infer", "--model", "llama3-8b", "--prompt-tokens", "128",
                   "--output-tokens", "20", "--users", str(d["gpu"]["users"] + 1)])  # fmt: skip
-    assert more["gpu"]["tokens_per_s_per_user"] < 300  # the largest load that meets it
+    # hunt 76: the most output within 1%, then the soonest first token (it was the largest
+    # load that meets it): a load that meets it serves at most 1/0.99 of the chosen output
+    m = more["gpu"]
+    if m["tokens_per_s_per_user"] >= 300 and m["point"]["layout"]["admission_wait_s"] == 0:
+        assert m["tokens_per_s"] <= d["gpu"]["tokens_per_s"] / 0.99
     fast = _json(["plan", "infer", "--model", "llama3-8b", "--min-user-tokens-per-s", "1000"])
     assert fast["wafer"]["meets_speed"] and not fast["gpu"]["meets_speed"]
     assert fast["gpu"]["users"] == 1

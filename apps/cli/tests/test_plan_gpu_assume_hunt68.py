@@ -5,12 +5,15 @@ kernel-cost sweep. Broken before:
   --assume gpu.kernel_s=2e-6` was "unknown assumption", and so was `wse experiments run
   trtllm-h100 --assume ...` / `--sweep ...`. Now it moves every GPU figure of the command,
   is listed with the plan's assumptions (table and JSON), and is refused in one line outside
-  [0, 1e-3] s or non-finite; `wse plan train`, which prices no kernel floor, refuses it.
+  [0, 1e-3] s or non-finite. `wse plan train` refused it while its GPU step had no kernel
+  floor; since hunt 76 the floor is priced at it (`wse_systems.gpu_kernels`), and it moves
+  a kernel-bound training step in proportion.
 - `wse experiments run trtllm-h100` printed no table of `fit_over_floor()`, the sweep that
   shows the rows do not identify the kernel cost.
 
 Oracles: `GpuServing` built in Python with `GpuFractions(kernel_s=2e-6)` (and the default's at
-1 us), `trtllm_h100.predict(row, kernel_s=2e-6)`, and `fit_over_floor()`."""
+1 us), `trtllm_h100.predict(row, kernel_s=2e-6)`, `fit_over_floor()`, and the training
+floor's kernels counted by hand from the counts the plan states."""
 
 from __future__ import annotations
 
@@ -29,7 +32,6 @@ from wse_systems.serving import trtllm_h100 as tr
 ROOT = typer.main.get_command(app)
 INFER = ["plan", "infer", "-m", "tiny-llama", "--users", "4", "--prompt-tokens", "64",
          "--output-tokens", "32"]  # fmt: skip
-TRAIN = ["plan", "train", "-m", "tiny-gpt2", "--tokens", "1e6"]
 WIDE = {"COLUMNS": "400"}  # one table row a line
 
 
@@ -94,9 +96,32 @@ def test_a_bad_kernel_cost_is_refused_in_one_line_by_both_commands(tmp_path, ite
     assert not any(tmp_path.iterdir())  # refused before the run: nothing written
 
 
-def test_plan_train_refuses_it():
-    line = refused_in_one_line(ROOT, [*TRAIN, "--assume", "gpu.kernel_s=2e-6"], "wse plan infer")
-    assert "prices its GPUs at --mfu, with no kernel floor" in line
+def _tiny_floor_s(kernel_s: float) -> float:
+    """The shipped `tiny` params (4 layers, batch 16 of 128 tokens) on 8 H100s, one sequence
+    a data-parallel rank at a time (dp 8, tp 1, pp 1: the fewest micro-batches, 2, and no
+    tensor-parallel all-reduce): a micro-batch runs 8 kernels a layer 4 times (forward,
+    recompute, backward at two) and 4 around them 3 times; 1 AdamW kernel a layer a step."""
+    micro, layers = 16 // 8, 4
+    return (micro * (8 * 4 * layers + 4 * 3) + 1 * layers) * kernel_s  # 284 kernels
+
+
+def test_plan_train_prices_its_kernel_floor_at_it():
+    """Before hunt 76 refused ("prices its GPUs at --mfu, with no kernel floor")."""
+    args = ["plan", "train", "-m", "tiny", "--tokens", "1e6", "--gpus", "8", "--json"]
+    default = json.loads(_run(args))
+    assumed = json.loads(_run([*args, "--assume", "gpu.kernel_s=2e-6"]))
+    for d, k in ((default, 1e-6), (assumed, 2e-6)):
+        g = d["gpu"]
+        assert (g["layout"]["dp"], g["layout"]["tp"], g["layout"]["pp"]) == (8, 1, 1)
+        assert g["step_bound"] == "kernels" and g["compute_s"] < _tiny_floor_s(k)
+        assert g["step_s"] == pytest.approx(_tiny_floor_s(k), rel=1e-12)  # 284 us, 568 us
+        assert g["train_s"] == pytest.approx(g["steps"] * _tiny_floor_s(k), rel=1e-12)
+    assert assumed["gpu"]["step_s"] == pytest.approx(2 * default["gpu"]["step_s"], rel=1e-12)
+    assert assumed["gpu"]["compute_s"] == default["gpu"]["compute_s"]  # kernels move no flops
+    assert assumed["wafer"] == default["wafer"]  # a GPU constant moves no wafer figure
+    assert assumed["assume"] == {"gpu.kernel_s": 2e-6}
+    (listed,) = [e for e in assumed["assumed"] if e["name"] == "gpu.kernel_s"]
+    assert listed["value"] == 2e-6 and listed["assumed"] is True
 
 
 def test_a_sweep_of_the_kernel_cost_reprices_the_rows(tmp_path):

@@ -181,11 +181,20 @@ def test_meeting_on_the_wafer_is_a_scan_of_every_load(llama8_long):
     ttfts = sorted({p.ttft_s for p in points.values()})
     for limit in (ttfts[2], ttfts[len(ttfts) // 2], 1.0001 * ttfts[-3]):
         got = meeting(s, max_ttft_s=limit)
-        assert got.users == max(u for u, p in points.items() if p.ttft_s <= limit)
+        # hunt 76: of the loads that meet, the most output within 1%, then the soonest first
+        # token (it was the largest load that meets)
+        meets = [p for p in points.values() if p.ttft_s <= limit]
+        most = max(p.aggregate_tokens_per_s for p in meets)
+        near = [p for p in meets if p.aggregate_tokens_per_s >= 0.99 * most]
+        assert got.ttft_s == min(p.ttft_s for p in near), limit
     speeds = sorted(p.user_tokens_per_s for p in points.values())
     for speed in (speeds[3], speeds[len(speeds) // 2]):
         got = meeting(s, speed)
-        assert got.users == max(u for u, p in points.items() if p.user_tokens_per_s >= speed)
+        meets = [p for p in points.values() if p.user_tokens_per_s >= speed
+                 and p.layout.get("admission_wait_s", 0.0) == 0.0]  # fmt: skip
+        most = max(p.aggregate_tokens_per_s for p in meets)
+        near = [p for p in meets if p.aggregate_tokens_per_s >= 0.99 * most]
+        assert got.ttft_s == min(p.ttft_s for p in near), speed
 
 
 def test_a_search_is_shared_only_by_the_same_workload():

@@ -69,9 +69,10 @@ def test_the_wafer_takes_no_load_another_beats(wafer8b, speed):
     assert got.users not in {p.users for p in queued_fast}
     assert not _dominated(got, [p for p in frontier(s).points if _meets(p, speed)])
     assert not _dominated(got, [p for p in every if _meets(p, speed)])
-    assert got.aggregate_tokens_per_s == max(
-        p.aggregate_tokens_per_s for p in every if _meets(p, speed)
-    )
+    # hunt 76: the most output within 1%, then the soonest first token (it was the most)
+    most = max(p.aggregate_tokens_per_s for p in every if _meets(p, speed))
+    near = [p for p in every if _meets(p, speed) and p.aggregate_tokens_per_s >= 0.99 * most]
+    assert got.ttft_s == min(p.ttft_s for p in near) and got.users in {p.users for p in near}
 
 
 def test_the_gpus_take_no_queued_load():

@@ -36,10 +36,24 @@ precision accounting) over tp x pp GPUs, plus activations under full recompute (
 bf16 input kept, 2 s d bytes per sequence per layer, and one layer's working set 34 s d
 bytes, Korthikanti et al. 2022 with flash attention), micro-batches of one sequence, 1F1B
 (at most L layer inputs in flight per GPU). The pipeline bubble adds (pp - 1) / m of the
-compute (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken to
-be inside the MFU. Gradients (bf16) are ring-all-reduced over the data-parallel group on
-NVLink when it fits in one node, else InfiniBand, overlapping the backward pass (2/3 of the
-compute): only the excess is exposed.
+busy time (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken
+to be inside the MFU (and in the floor below). Gradients (bf16) are ring-all-reduced over the
+data-parallel group on NVLink when it fits in one node, else InfiniBand, overlapping the
+backward pass (2/3 of the busy time): only the excess is exposed.
+
+The step's floor (`train_floor`; hunt 76: a 2-layer model's step was 36 ns on 8 H100s): the
+busy time is at least the kernels a step launches, in the serving forward's units for every
+caller (`wse_systems.gpu_kernels`: K = 8 a layer and K0 = 4 around them at `gpu.kernel_s`),
+each micro-batch passing every layer `TRAIN_PASSES` = 4 times (forward, full recompute,
+backward at twice the forward's: two gradient products a product) and the K0
+`AROUND_PASSES` = 3 times (forward, backward), plus
+`OPTIMIZER_KERNELS_PER_LAYER` a layer a step (fused multi-tensor AdamW, apex's FusedAdam or
+torch's `fused=True`: a launch a list of a few dozen tensors, a layer's 9 to 12 taken as
+one); at tp > 1, `TP_ALLREDUCES_PER_LAYER` NVLink ring all-reduces of a micro-batch's
+activations a layer, latency included (Megatron's 2 forward and 2 backward, Shoeybi et al.
+2019 fig. 4; 2 in the recompute). Busy = max(compute, floor), not the sum: a large model's
+MFU is measured with its launches and tensor-parallel traffic inside, so a compute-bound
+step does not move; the bubble and the gradient ring's overlap scale with the busy time.
 
 Ring all-reduce (`ring_allreduce_s`): 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1) x latency.
 """
@@ -48,34 +62,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from wse_core.cost.assumptions import register_system_constant, system_constant
 from wse_core.cost.mechanisms import Constant
+from wse_core.cost.reads import read, recording
 from wse_core.errors import SpecError, WseError, suggest
 
+from wse_systems.gpu_kernels import KERNEL, KERNEL_KEY, KERNELS_PER_LAYER, KERNELS_PER_STEP
 from wse_systems.transformer import DecoderShape, attn_dim, matmul_params, num_params
 
-__all__ = [
-    "GPUS",
-    "WEIGHT_BYTES",
-    "A100",
-    "H100",
-    "BYTES_PER_PARAM_TRAIN",
-    "USABLE_MEMORY",
-    "GpuSpec",
-    "GpuMemoryError",
-    "ModelShape",
-    "TrainLayout",
-    "TrainStep",
-    "gpu_spec",
-    "ring_allreduce_s",
-    "train_flops_per_token",
-    "train_step",
-    "min_train_gpus",
-]
+__all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY",
+           "GpuSpec", "GpuMemoryError", "ModelShape", "TrainLayout", "TrainStep", "TrainFloor",
+           "gpu_spec", "ring_allreduce_s", "train_flops_per_token", "train_step",
+           "train_floor", "TRAIN_PASSES", "AROUND_PASSES", "OPTIMIZER_KERNELS_PER_LAYER",
+           "TP_ALLREDUCES_PER_LAYER", "min_train_gpus"]  # fmt: skip
 
 BYTES_PER_PARAM_TRAIN = 16  # bf16 weight + bf16 grad + fp32 master + Adam m, v
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
@@ -97,6 +100,11 @@ TRAIN_MFU_CONSTANT = Constant(
 # listed beside none; the serving fraction `FITTED_MFU` is fitted on decode rows, not this)
 TRAIN_MFU_KEY = "gpu.train_mfu"
 register_system_constant(TRAIN_MFU_KEY, TRAIN_MFU_CONSTANT, value=TRAIN_MFU)
+# The training step's kernels in the serving forward's units (module docstring, `train_floor`)
+TRAIN_PASSES = 4  # a layer a micro-batch: forward 1 + full recompute 1 + backward 2
+AROUND_PASSES = 3  # the embedding, final norm, head and loss: forward 1 + backward 2
+OPTIMIZER_KERNELS_PER_LAYER = 1  # a step: a fused multi-tensor AdamW launch a layer
+TP_ALLREDUCES_PER_LAYER = 6  # a micro-batch, tp > 1: Megatron's 2 fwd + 2 bwd + 2 recompute
 
 
 class GpuMemoryError(WseError):
@@ -210,6 +218,20 @@ class TrainLayout:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainFloor:
+    """A step's floor on one GPU (`train_floor`): `kernels` launches at `kernel_s` each and
+    `tp_allreduce_s` of tensor-parallel all-reduces, over the micro-batches, no bubble."""
+
+    kernels: int
+    kernel_s: float
+    tp_allreduce_s: float
+
+    @property
+    def floor_s(self) -> float:
+        return self.kernels * self.kernel_s + self.tp_allreduce_s
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainStep:
     step_s: float
     compute_s: float  # at mfu, no bubble
@@ -217,6 +239,11 @@ class TrainStep:
     allreduce_s: float  # whole ring time; only the part beyond the backward is exposed
     exposed_allreduce_s: float
     layout: TrainLayout
+    floor: TrainFloor  # the kernels' and tp all-reduces' floor (`train_floor`)
+
+    @property
+    def bound(self) -> str:  # what sets the busy time
+        return "kernels" if self.floor.floor_s > self.compute_s else "compute"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -242,18 +269,38 @@ def _layouts(model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int, bat
                 yield TrainLayout(dp, tp, pp, need)
 
 
-def _step(model, gpu, layout, *, seq_len, batch, mfu) -> TrainStep:
+def train_floor(
+    model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, *, seq_len: int, batch: int,
+    kernel_s: float,
+) -> TrainFloor:  # fmt: skip
+    """The floor of one GPU's step in `layout` (module docstring): m = ceil(batch / dp)
+    micro-batches of one sequence, each `TRAIN_PASSES` K ceil(L / pp) + `AROUND_PASSES` K0
+    kernels (K, K0: `gpu_kernels.KERNELS_PER_LAYER`, `KERNELS_PER_STEP`) and, where tp > 1,
+    `TP_ALLREDUCES_PER_LAYER` ceil(L / pp) ring all-reduces of seq_len x d_model bf16 values
+    over tp GPUs on NVLink; plus
+    `OPTIMIZER_KERNELS_PER_LAYER` ceil(L / pp) kernels a step. Seconds: kernels x `kernel_s`
+    + the all-reduces."""
+    micro, layers = math.ceil(batch / layout.dp), math.ceil(model.n_layers / layout.pp)
+    per_micro = TRAIN_PASSES * KERNELS_PER_LAYER * layers + AROUND_PASSES * KERNELS_PER_STEP
+    count = micro * per_micro + OPTIMIZER_KERNELS_PER_LAYER * layers
+    act = WEIGHT_BYTES * seq_len * model.d_model
+    one = ring_allreduce_s(act, layout.tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
+    return TrainFloor(count, kernel_s, micro * TP_ALLREDUCES_PER_LAYER * layers * one)
+
+
+def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     n = layout.dp * layout.tp * layout.pp
     compute = batch * seq_len * train_flops_per_token(model, seq_len) / (n * gpu.peak_flops * mfu)
+    busy = max(compute, floor.floor_s)
     micro = math.ceil(batch / layout.dp)
-    bubble = compute * (layout.pp - 1) / micro
+    bubble = busy * (layout.pp - 1) / micro
     in_node = n <= gpu.gpus_per_node
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
     grad_bytes = WEIGHT_BYTES * num_params(model) / (layout.tp * layout.pp)
     ring = ring_allreduce_s(grad_bytes, layout.dp, bw, lat)
-    exposed = max(0.0, ring - compute * 2 / 3)
-    return TrainStep(compute + bubble + exposed, compute, bubble, ring, exposed, layout)
+    exposed = max(0.0, ring - busy * 2 / 3)
+    return TrainStep(busy + bubble + exposed, compute, bubble, ring, exposed, layout, floor)
 
 
 def train_step(
@@ -267,22 +314,37 @@ def train_step(
 ) -> TrainStep:
     """One step of `batch` sequences of `seq_len` tokens on `num_gpus` GPUs, fastest layout,
     at `mfu` of peak (None: `TRAIN_MFU`, or the value `--assume gpu.train_mfu=F` gives, read
-    as an assumption: `wse_core.cost.reads`).
+    as an assumption: `wse_core.cost.reads`), and at least its kernels and tensor-parallel
+    all-reduces (`train_floor`, at the `gpu.kernel_s` in force: `gpu_kernels.KERNEL_KEY`;
+    hunt 76: the floor was a caller's option, and `weight-streaming` priced none). Each
+    assumption read is noted as moving the step only where an end of its sweep moves it.
 
     Raises GpuMemoryError (naming the smallest count that holds the model) when no layout of
     `num_gpus` fits, or when more data-parallel ranks than sequences would be needed.
     """
-    mfu = system_constant(TRAIN_MFU_KEY) if mfu is None else mfu
+    asked = mfu
+    with recording(isolated=True):  # noted below: as moving where they move the step
+        mfu = system_constant(TRAIN_MFU_KEY) if mfu is None else mfu
+        kernel_s = system_constant(KERNEL_KEY)
     if num_gpus < 1 or batch < 1 or seq_len < 1 or not 0 < mfu <= 1:
         raise WseError(
             f"num_gpus, batch and seq_len must be >= 1 and 0 < mfu <= 1, got "
             f"{num_gpus}, {batch}, {seq_len}, {mfu}"
         )
-    steps = [
-        _step(model, gpu, lay, seq_len=seq_len, batch=batch, mfu=mfu)
-        for lay in _layouts(model, gpu, num_gpus, seq_len, batch)
-    ]
-    if not steps:
+    layouts, job = list(_layouts(model, gpu, num_gpus, seq_len, batch)), (seq_len, batch)
+
+    def fastest(m: float, k: float) -> TrainStep | None:  # at MFU m and kernel_s k
+        steps = (_priced(model, gpu, x, job, (m, k)) for x in layouts)
+        return min(steps, key=lambda x: x.step_s, default=None)
+
+    best = fastest(mfu, kernel_s)
+    # hunt 76: each read as moving the step only where an end of its sweep moves the fastest
+    # (the floor leaves a kernel-bound step to kernel_s, a compute-bound one to the MFU)
+    if asked is None:
+        sweep = TRAIN_MFU_CONSTANT.sweep
+        read(TRAIN_MFU_KEY, mfu, _moves(lambda v: fastest(v, kernel_s), sweep, best))
+    read(KERNEL_KEY, kernel_s, _moves(lambda v: fastest(mfu, v), KERNEL.sweep, best))
+    if best is None:
         need = min_train_gpus(model, gpu, seq_len=seq_len)
         raise GpuMemoryError(
             f"{num_gpus} x {gpu.name} cannot train this model "
@@ -290,7 +352,20 @@ def train_step(
             f"activations, batch {batch}): use at least {need} GPUs, at most "
             f"{batch} data-parallel ranks x tensor x pipeline"
         )
-    return min(steps, key=lambda s: s.step_s)
+    return best
+
+
+def _priced(model, gpu, layout, job: tuple[int, int], at: tuple) -> TrainStep:
+    """`_step` of `job` (seq_len, batch) `at` (mfu, kernel_s)."""
+    (seq_len, batch), (mfu, kernel_s) = job, at
+    floor = train_floor(model, gpu, layout, seq_len=seq_len, batch=batch, kernel_s=kernel_s)
+    return _step(model, gpu, layout, seq_len=seq_len, batch=batch, mfu=mfu, floor=floor)
+
+
+def _moves(fastest: Callable[[float], TrainStep | None], sweep, now: TrainStep | None) -> bool:
+    """Whether an end of `sweep` moves the fastest step (`fastest(value)`) from `now`."""
+    ends = (min(sweep), max(sweep))
+    return now is not None and any(fastest(v).step_s != now.step_s for v in ends)
 
 
 def min_train_gpus(model: DecoderShape, gpu: GpuSpec, *, seq_len: int) -> int:

@@ -35,7 +35,7 @@ import typer
 
 from wse_cli.commands.plan_assumed import priced_under, register_system_constants
 from wse_cli.commands.plan_print import count, duration, emit, plot
-from wse_cli.errors import WseGroup, fail
+from wse_cli.errors import WseGroup
 from wse_cli.options import GPUS, number
 from wse_cli.outputs import png_file
 from wse_cli.wafer_choice import SPEC_FILE, preset_option, wafer_spec
@@ -106,18 +106,14 @@ def _rates(gpu_h, sys_h, eng_h, hours, kwh) -> dict[str, Any]:
     }
 
 
-def _assumed(items: list[str], wafer: str | None, spec_file: Path | None, serving: bool = True):
+def _assumed(items: list[str], wafer: str | None, spec_file: Path | None):
     """(the checked assumptions, the wafer priced under them): `wse experiments run
-    --assume`'s parser and `resolve_spec`'s last step (`applied`), refused the same way;
-    `gpu.kernel_s` only where the GPU serving step is priced (`serving`; hunt 68)."""
+    --assume`'s parser and `resolve_spec`'s last step (`applied`), refused the same way
+    (`gpu.kernel_s` moves both plans' GPU steps: hunt 76 gave the training step its floor)."""
     from wse_core.cost.assumptions import applied, parse_assumptions
-    from wse_systems.serving.gpu_step import KERNEL_KEY
 
     register_system_constants()
     changes = parse_assumptions(items)
-    if not serving and KERNEL_KEY in changes:
-        fail(f"--assume {KERNEL_KEY} is the GPU serving step's kernel cost (wse plan infer); "
-             "wse plan train prices its GPUs at --mfu, with no kernel floor")  # fmt: skip
     return changes, applied(wafer_spec(wafer, spec_file, "wse3"), changes)
 
 
@@ -182,7 +178,7 @@ def train(
     from wse_cli.model_choice import micro_batch_setting, plan_wafer, resolve_model
 
     choice = resolve_model(model)  # hunt 71: a params file's wafer, as wse train runs it
-    changes, spec = _assumed(assume, *plan_wafer(choice, wafer, spec_file), serving=False)
+    changes, spec = _assumed(assume, *plan_wafer(choice, wafer, spec_file))
     with assumed(**changes), recording() as reads:
         plan = plan_train(
             choice, tokens=tokens, spec=spec, systems=systems,
@@ -203,8 +199,9 @@ def infer(
     min_user_tokens_per_s: float = number(
         None,
         "--min-user-tokens-per-s",
-        help="The load serving the most output tokens/s with every user this fast, admitted "
-        "at once (a queued load meets no speed).",
+        help="Among loads with every user this fast, admitted at once (a queued load meets no "
+        "speed), the most output tokens/s within 1%, then the soonest first token; at one "
+        "output token there is no speed to meet.",
         gt=0,
         le=MAX_USER_TOKENS_PER_S,
         unit="tokens/s",
@@ -271,7 +268,8 @@ def infer(
     max_ttft_s: float = number(
         None,
         "--max-ttft-s",
-        help="The load serving the most output tokens/s whose first token comes this soon.",
+        help="Among loads whose first token comes this soon, the most output tokens/s within "
+        "1%, then the soonest first token.",
         gt=0,
         le=MAX_TTFT_S,
         unit="s",

@@ -48,7 +48,9 @@ def _rows(plan) -> list[tuple[str, str, str]]:
         ("systems", f"{w['units']} x {w['system']}",
          gpu(lambda g: f"{g['units']} x {g['system']}")),
         ("time to train", duration(w["time_s"]), gpu(lambda g: duration(g["time_s"]))),
+        ("steps", _steps(plan.inputs), gpu(lambda g: "the same")),  # hunt 76: whole steps
         ("step", duration(w["step_s"]), gpu(lambda g: duration(g["step_s"]))),
+        ("GPU step floor", "-", gpu(_train_floor)),
         ("tokens/s", f"{w['tokens_per_s']:,.4g}",
          gpu(lambda g: f"{tokens / g['step_s']:,.4g}")),
         # hunt 68: an fp32 wafer job was set against a bf16 GPU job, neither named
@@ -67,7 +69,7 @@ def _rows(plan) -> list[tuple[str, str, str]]:
         ("energy", f"{w['energy_kwh']:,.4g} kWh", gpu(lambda g: f"{g['energy_kwh']:,.4g} kWh")),
         ("energy per step", _joules(w["energy_j_per_step"]),
          gpu(lambda g: _joules(g["energy_j_per_step"]))),
-        ("energy per token", _joules(w["energy_j_per_token"]),
+        ("energy per trained token", _joules(w["energy_j_per_token"]),
          gpu(lambda g: _joules(g["energy_j_per_token"]))),
     ]  # fmt: skip
     return (
@@ -75,6 +77,21 @@ def _rows(plan) -> list[tuple[str, str, str]]:
         + _cost_rows(w, g)
         + [("GPUs to match the wafers' time", "", count(plan.gpus_to_match))]
     )
+
+
+def _steps(inputs: dict) -> str:
+    """The job's whole steps and the tokens they train: --tokens rounded up (hunt 76)."""
+    asked, trained = inputs["tokens"], inputs["tokens_trained"]
+    how = "rounded up to whole steps" if trained > asked else "whole steps"
+    return f"{inputs['steps']:,} steps = {trained:,} tokens (--tokens {asked:,.0f} {how})"
+
+
+def _train_floor(g: dict) -> str:
+    """The GPU training step's floor (`wse_systems.gpu.train_floor`, hunt 76) and its bound."""
+    f = g["floor"]
+    tp = f" + tp all-reduces {duration(f['tp_allreduce_s'])}" if f["tp_allreduce_s"] else ""
+    return (f"{duration(f['floor_s'])}: {f['kernels']:,} kernels x {f['kernel_s'] * 1e6:g} us"
+            f"{tp} ({g['step_bound']} bound)")  # fmt: skip
 
 
 def _scaling(w: dict) -> str:
@@ -140,6 +157,11 @@ def _admission(layout: dict) -> str:
 
 
 _NO_WINDOW = "none (one output token: the prompt's pass emits it)"
+
+
+def _match_speed(w: dict, gpus: int | None) -> str:
+    """GPUs to match the wafers' per-user speed: "n/a" where it is (hunt 76: it printed 1)."""
+    return "n/a" if w["tokens_per_s_per_user"] is None else count(gpus)
 
 
 def _per_user(speed: float | None) -> str:
@@ -231,7 +253,7 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
         rows
         + _cost_rows(w, g)
         + [
-            ("GPUs to match per-user speed", "", count(match["user_speed"])),
+            ("GPUs to match per-user speed", "", _match_speed(w, match["user_speed"])),
             ("GPUs to match speed and throughput", "", count(match["user_speed_and_throughput"])),
         ]
     )

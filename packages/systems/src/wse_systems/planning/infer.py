@@ -2,22 +2,26 @@
 
 Contract. `plan_infer(choice, ...)` builds both serving systems of `wse_systems.serving` — the
 wafers (`WaferServing`: the pipeline plan the inference engine runs, with users in flight
-up to what fits its SRAM) and the GPUs (`GpuServing`: a batch on every tp x pp layout of
-one node, or of the fewest whole nodes that hold the model) — for one `Workload` (prompt,
+up to what fits its SRAM, on the wafers `infer_wafers.wafer_serving` finds) and the GPUs
+(`GpuServing`: a batch on every tp x pp layout of one node, or of the fewest whole nodes that
+hold the model) — for one `Workload` (prompt,
 output and context tokens per user, within the model's context; None: `default_workload`),
 optionally with speculative decoding (a draft model, gamma, alpha). It returns a
 `ServingPlan`: each system's frontier (aggregate tokens/s against tokens/s per user as the
 load grows), the point chosen on each side —
 
 - `users=N`: N users in flight on each side (refused, with the budget, where they do not fit);
-- `min_user_tokens_per_s=S`: the largest load at least S tokens/s per user on each side (a
-  side that cannot reach S even for one user says so; neither is an error);
+- `min_user_tokens_per_s=S` and/or `max_ttft_s=T`: of the loads that meet them on each side,
+  the most output within 1%, then the soonest first token (`wse_systems.serving.meeting`; a
+  side that cannot meet them even for one user says so; neither is an error; at one output
+  token S has nothing to meet, and a note says so);
 - neither: each side's knee (`wse_systems.serving.knee`: per-user speed x aggregate maximal) —
 
 and at that point: energy and cost per million tokens (replicas sized for the tokens per
 day; default one wafer replica busy all day at its point), and the GPUs that match the
 wafers' per-user speed, and that speed together with their aggregate throughput
-(`wse_systems.serving.gpus_to_match`; None where no count can). Nothing here compiles.
+(`wse_systems.serving.gpus_to_match`; None where no count can, and the speed's None at one
+output token, where no load has a per-user speed). Nothing here compiles.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import dataclasses
 import math
 from typing import Any
 
-from wse_core import WaferSpec
 from wse_core.cost.reads import recording
 from wse_core.hw.dtypes import DTYPES, dtype_bytes, dtype_name
 
@@ -34,7 +37,7 @@ from wse_systems import economics as eco
 from wse_systems import gpu as gpum
 from wse_systems import serving as sv
 from wse_systems.decoder import token_out_work
-from wse_systems.pipeline import GEMV_PROGRAMS, PipelinePlanError, Regions
+from wse_systems.pipeline import GEMV_PROGRAMS
 from wse_systems.planning.choice import ModelChoice, PlanError
 from wse_systems.planning.infer_inputs import (
     GEMV_NOTE,
@@ -48,6 +51,7 @@ from wse_systems.planning.infer_inputs import (
     default_workload,
     speculation_of,
 )
+from wse_systems.planning.infer_wafers import wafer_serving
 from wse_systems.planning.train import (
     SideResult,
     check_positive,
@@ -99,37 +103,6 @@ class ServingPlan:
         return {**plan_dict(self), "choice": self.choice, "frontiers": fronts}
 
 
-def wafer_serving(
-    config: Any, spec: WaferSpec, *, num_wafers: int | None, workload: sv.Workload,
-    speculation: sv.Speculation | None = None, gemv: str = "sdk", bytes_per_param: int = 2,
-    stages: int | None = None,
-) -> sv.WaferServing:  # fmt: skip
-    """The wafers' serving system on `num_wafers` (default: the fewest that hold the model, its
-    draft and one user), `bytes_per_param` bytes a value, `stages` (None: searched) stages."""
-    if stages is not None and not 1 <= stages <= config.n_layers:  # hunt 75
-        raise PlanError(
-            f"--stages {stages}: the pipeline has 1 to {config.n_layers} layer "
-            f"stages (one a layer at most); give --stages in [1, {config.n_layers}]"
-        )
-    if num_wafers and num_wafers > config.n_layers:  # the pipeline's "stages" error (hunt 57)
-        raise PlanError(
-            f"--wafers {num_wafers}: a replica holds at least one of the model's "
-            f"{config.n_layers} layers on each wafer; give --wafers in [1, {config.n_layers}]"
-        )
-    counts = [num_wafers] if num_wafers else range(1, (stages or config.n_layers) + 1)
-    for n in counts:
-        try:
-            return sv.WaferServing(
-                config, spec, num_wafers=n, workload=workload, speculation=speculation,
-                regions=Regions(stages=stages, layout=None, gemv=gemv),
-                bytes_per_param=bytes_per_param, search_stages=stages is None,
-            )  # fmt: skip
-        except PipelinePlanError:
-            if num_wafers:
-                raise
-    raise PlanError(f"no number of {spec.name} wafers up to {config.n_layers} holds the model")
-
-
 def _default_gpus(shape: DecoderShape, g: gpum.GpuSpec, workload, speculation, precision) -> int:
     """One node, or the fewest whole nodes that hold the model, its draft and one user."""
     need = gpu_step.min_gpus(shape, g, held_tokens=workload.held_tokens, precision=precision,
@@ -143,7 +116,7 @@ def _choose(system, front, users, speed, ttft) -> tuple[sv.OperatingPoint, bool]
     if users is not None:
         return sv.at_users(system, users), True
     if speed is not None or ttft is not None:
-        p = sv.meeting(system, speed, max_ttft_s=ttft)
+        p = sv.meeting(system, speed, max_ttft_s=ttft, front=front)
         return (p, True) if p is not None else (system.point(1), False)
     return sv.knee(system, front), True
 
@@ -274,6 +247,7 @@ def plan_infer(
         shape, g, user_tokens_per_s=wp.user_tokens_per_s or 0.0,
         aggregate_tokens_per_s=wp.aggregate_tokens_per_s, **kw,
     )  # fmt: skip
+    speed = None if wp.user_tokens_per_s is None else speed  # one output token: n/a (hunt 76)
     inputs = {"wafers": ws.units, "gpus": m, "users": users, "tokens_per_day": per_day,
               "min_user_tokens_per_s": min_user_tokens_per_s, "days": days,
               "wafer": spec.name, "gpu": gpu.gpu, "workload": work.to_dict(),
@@ -287,6 +261,10 @@ def plan_infer(
     how = "users" if users else "limits" if min_user_tokens_per_s or max_ttft_s else "knee"
     notes = _notes(g, wafer, work, gpu._replace(hbm_fraction=hbm_fraction, mfu=mfu), days,
                    speculation) + [grid] + _wafer_notes(ws, wp)  # fmt: skip
+    if min_user_tokens_per_s and wp.user_tokens_per_s is None:  # hunt 76
+        notes.append(f"at one output token no load has a per-user speed: --min-user-tokens-per-s "
+                     f"{min_user_tokens_per_s:g} has nothing to meet, and each side's point is "
+                     "the one chosen without it")  # fmt: skip
     if tp := gpu_step.tp_note(shape, g, m, gp.layout["tp"], gp.layout["pp"]):
         notes.append(tp)  # hunt 75: tp 3, 5, 6, 7 were priced where the engines run none
     return ServingPlan(

@@ -11,8 +11,11 @@ time (`match_gpus`: never above a count the plan priced that is already as fast)
 assumptions in words. Both sides run the same numerics: the wafer's precision
 (`wse_systems.training.placement.precision_of`, "precision" in the wafer's figures) sets the
 GPU peak the GPU side runs at (`gpu_at`: fp32 on the CUDA cores, mixed at bf16). Nothing
-here compiles anything. Shared with serving: `SideResult`, the input checks
-(`check_positive`, `check_rates`), the rates and `power_notes`.
+here compiles anything. Shared with serving (`wse_systems.planning.sides`, re-exported
+here): `SideResult`, the input checks (`check_positive`, `check_rates`), the rates and
+`power_notes`. The job is a whole number of steps: `--tokens` rounded up to whole global
+batches (`steps`, `tokens_trained` in the inputs; each side's time, energy and cost are for
+those steps, its energy per token per trained token).
 
 Wafer time comes from the training predictor through ONE adapter
 (`wse_systems.planning.train_step.wafer_train_step`, with the default batch it chooses), so a
@@ -30,11 +33,22 @@ from typing import Any, NamedTuple
 from wse_core import WaferSpec
 from wse_core.cost.assumptions import system_constant
 from wse_core.cost.reads import recording
-from wse_core.hw.repair import check_repairable, repaired_grid_note
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
+from wse_systems import gpu_kernels as gk
 from wse_systems.planning.choice import ModelChoice, PlanError, check_context
+from wse_systems.planning.sides import (
+    Plan,
+    SideResult,
+    check_positive,
+    check_rates,
+    gpu_rates,
+    grid_note,
+    plan_dict,
+    power_notes,
+    wafer_rates,
+)
 from wse_systems.planning.train_step import default_batch, wafer_train_step
 from wse_systems.training.placement import PRECISION_WORDS
 from wse_systems.transformer import DecoderShape, num_params
@@ -48,119 +62,6 @@ __all__ = ["PlanError", "ModelChoice", "SideResult", "Plan", "wafer_train_step",
 UNPRICED = ("not priced: checkpoint saves (MemoryX's masters and optimizer state written out; "
             "no sourced write rate) and evaluations (a params file's eval passes; `wse train` "
             "prices one); --tokens is priced as training steps only")  # fmt: skip
-
-# ---- results ------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class SideResult:
-    """One system's answer. `units`: wafer systems or GPUs; `time_s`: what `time_key` names
-    (training: "train_s", the whole run; serving: "s_per_output_token"); `reads`: the
-    constants its pricing read (`wse_core.cost.reads`; None: not recorded), listed beside an
-    experiment's rows of it (`read_by`)."""
-
-    system: str
-    units: int
-    time_s: float
-    energy_j: float
-    bill: eco.Bill
-    figures: dict[str, Any]
-    time_key: str = "train_s"
-    reads: Any = dataclasses.field(default=None, compare=False, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        # hunt 66: "time_s" meant seconds per output token in the infer JSON and the whole
-        # run in the train JSON; each key now names what it is. The train JSON keeps
-        # "time_s" as an alias of "train_s" (apps/cli/tests/test_plan_cli.py reads it).
-        alias = {"time_s": self.time_s} if self.time_key == "train_s" else {}
-        return {
-            "system": self.system,
-            "units": self.units,
-            self.time_key: self.time_s,
-            **alias,
-            "energy_j": self.energy_j,
-            "energy_kwh": self.energy_j / 3.6e6,
-            "cost_usd": self.bill.to_dict(),
-            **self.figures,
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    workload: str  # "train" | "infer"
-    model: str
-    n_params: int
-    inputs: dict[str, Any]
-    wafer: SideResult
-    gpu: SideResult | None  # None: no GPU layout holds the model (training)
-    gpus_to_match: int | None
-    assumptions: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return plan_dict(self)
-
-
-def plan_dict(plan: Any) -> dict[str, Any]:
-    """The fields every plan's JSON has (train's `Plan`, infer's `ServingPlan`)."""
-    return {
-        "workload": plan.workload,
-        "model": plan.model,
-        "n_params": plan.n_params,
-        "inputs": plan.inputs,
-        "wafer": plan.wafer.to_dict(),
-        "gpu": None if plan.gpu is None else plan.gpu.to_dict(),
-        "gpus_to_match": plan.gpus_to_match,
-        "assumptions": plan.assumptions,
-    }
-
-
-def check_positive(**values: float | None) -> None:
-    for name, v in values.items():
-        if v is not None and not (v > 0 and math.isfinite(v)):  # inf is not a size
-            raise PlanError(f"--{name.replace('_', '-')} must be positive, got {v:g}")
-
-
-def gpu_rates(g: gpum.GpuSpec, rates: dict[str, Any]) -> eco.Rates:
-    given = {k: v for k, v in rates.items() if v is not None and k != "usd_per_system_hour"}
-    usd = rates.get("usd_per_gpu_hour") or g.usd_per_gpu_hour
-    given.pop("usd_per_gpu_hour", None)
-    return eco.Rates(usd_per_system_hour=usd, **given)
-
-
-def wafer_rates(spec: WaferSpec, rates: dict[str, Any]) -> eco.Rates:
-    given = {k: v for k, v in rates.items() if k != "usd_per_gpu_hour"}
-    return eco.wafer_rates(spec, **given)
-
-
-def check_rates(rates: dict[str, Any]) -> None:
-    """Prices and hours given must be finite and >= 0 (NaN and negatives are refused)."""
-    for name, v in rates.items():
-        if v is not None and not (v >= 0 and math.isfinite(v)):
-            raise PlanError(f"--{name.replace('_', '-')} must be a number >= 0, got {v:g}")
-
-
-def power_notes(g: gpum.GpuSpec, spec: WaferSpec) -> list[str]:
-    """The power and price assumptions every plan states."""
-    peak, idle = eco.system_power_w(spec)
-    gpeak, gidle = g.power_w_per_gpu()
-    return [
-        f"wafer system {eco.system_of(spec).system}: {peak / 1e3:g} kW while busy, "
-        f"{idle / 1e3:g} kW idle ({eco.system_of(spec).source}; idle assumed); "
-        "MemoryX/SwarmX power not counted",
-        f"GPU {g.name}: {gpeak:g} W per GPU busy, {gidle:g} W idle (DGX node max / 8; "
-        "idle assumed); switches not counted",
-        "busy systems draw their maximum rated power (an upper bound)",
-        "rates and engineering hours are assumptions (wse_systems.economics), inputs here",
-    ]
-
-
-def grid_note(spec: WaferSpec) -> str:
-    """The grid every wafer plan prices, stated: the logical one of a repaired wafer. A spec
-    whose wafer does not repair at its defect_rate (`wse_core.hw.repair.check_repairable`)
-    is refused (DefectError) before any work (hunt 66: it was priced as a perfect wafer)."""
-    check_repairable(spec)
-    return repaired_grid_note(spec)
-
 
 # The wafer's precision -> the GPU precision that runs the same arithmetic; its peak's source
 GPU_PRECISION = {"fp32": "fp32", "mixed": "bf16", "bf16": "bf16"}
@@ -192,7 +93,8 @@ def _numerics(cfg: Any, precision: str, gpu_precision: str) -> str:
 
 
 def _gpu_train_time(shape, g, *, gpus, batch, seq, steps, mfu) -> tuple[float, gpum.TrainStep]:
-    """`steps` GPU steps (`mfu` None: `gpu.train_mfu`, read by `gpum.train_step`)."""
+    """`steps` GPU steps (`mfu` None: `gpu.train_mfu`, read by `gpum.train_step`), at least
+    their kernels (`gpum.train_floor`, at `gpu.kernel_s`)."""
     s = gpum.train_step(shape, g, num_gpus=gpus, batch=batch, seq_len=seq, mfu=mfu)
     return steps * s.step_s, s
 
@@ -252,7 +154,8 @@ def _wafer_train_side(
         eco.system_of(spec).system, n, w_time, w_energy,
         eco.bill(system_hours=n * w_time / 3600, energy_j=w_energy,
                  rates=wafer_rates(spec, rates)),
-        {"steps": steps, "step_s": step_s, "energy_j_per_step": eco.per(w_energy, steps),
+        {"steps": steps, "tokens_trained": steps * global_batch * seq, "step_s": step_s,
+         "energy_j_per_step": eco.per(w_energy, steps),
          "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq), **scale},
     )  # fmt: skip
 
@@ -272,12 +175,39 @@ def _gpu_train_side(
     return SideResult(
         g.name, m, g_time, g_energy,
         eco.bill(system_hours=m * g_time / 3600, energy_j=g_energy, rates=gpu_rates(g, rates)),
-        {"steps": steps, "step_s": g_step.step_s, "precision": precision,
+        {"steps": steps, "tokens_trained": steps * global_batch * seq,
+         "step_s": g_step.step_s, "precision": precision,
          "peak_flops": g.peak_flops, "layout": g_step.layout.to_dict(),
          "exposed_allreduce_s": g_step.exposed_allreduce_s, "bubble_s": g_step.bubble_s,
+         "compute_s": g_step.compute_s, "step_bound": g_step.bound,
+         "floor": {**dataclasses.asdict(g_step.floor), "floor_s": g_step.floor.floor_s},
          "energy_j_per_step": eco.per(g_energy, steps),
          "energy_j_per_token": eco.per(g_energy, steps * global_batch * seq)},
     )  # fmt: skip
+
+
+def _floor_note(fig: dict[str, Any]) -> str:
+    """The GPU step's floor (`wse_systems.gpu.train_floor`) in words: its kernel counts and
+    their sources, the assumed kernel cost's range and the key that moves it."""
+    f, lay = fig["floor"], fig["layout"]
+    tp = f" + {f['tp_allreduce_s'] * 1e6:.4g} us of tp all-reduces" if lay["tp"] > 1 else ""
+    return (
+        f"GPU step floor: a step is at least its kernels, {gk.KERNELS_PER_LAYER} a layer "
+        f"(wse_systems.gpu_kernels.KERNELS_PER_LAYER, the serving forward's) x "
+        f"{gpum.TRAIN_PASSES} passes a micro-batch of one sequence (forward, full recompute, "
+        f"backward at twice the forward's) + {gk.KERNELS_PER_STEP} x {gpum.AROUND_PASSES} "
+        "(embedding, final norm, head and loss: forward and backward) + "
+        f"{gpum.OPTIMIZER_KERNELS_PER_LAYER} fused AdamW kernel a layer a step (assumed: one "
+        f"multi-tensor launch a layer), and where tp > 1 {gpum.TP_ALLREDUCES_PER_LAYER} NVLink "
+        "ring all-reduces a layer a micro-batch (Megatron: 2 forward, 2 backward, 2 "
+        "recompute; latency included); the busy time is the larger of compute at MFU and the "
+        "floor (a large model's MFU holds its launches); "
+        f"here {f['kernels']:,} kernels x {f['kernel_s'] * 1e6:g} us{tp} = "
+        f"{f['floor_s'] * 1e6:.4g} us a step against compute {fig['compute_s'] * 1e6:.4g} us "
+        f"({fig['step_bound']} bound; dp {lay['dp']}, tp {lay['tp']}, pp {lay['pp']}); "
+        f"kernel_s assumed in {min(gk.KERNEL.sweep) * 1e6:g}..{max(gk.KERNEL.sweep) * 1e6:g} "
+        f"us: --assume {gk.KERNEL_KEY}=S (wse_systems.gpu_kernels.KERNEL)"
+    )
 
 
 def _split(choice: ModelChoice, systems: int) -> int | None:
@@ -290,6 +220,26 @@ def _split(choice: ModelChoice, systems: int) -> int | None:
             f"split over {systems} systems; give --batch (sequences per system)"
         )
     return choice.global_batch // systems
+
+
+def _micro_batch(choice: ModelChoice, asked: int | str | None, per_system: int | None,
+                 why: str) -> int | str:  # fmt: skip
+    """The micro-batch priced: `asked` (--micro-batch), else the params file's, else "auto";
+    an integer that does not divide `per_system` (`why`: where that batch comes from) is
+    refused naming its source and the divisors nearest it (hunt 76: the file's was named
+    "micro-batch 4", as if asked)."""
+    micro = asked or choice.micro_batch or "auto"  # unset: auto, as `wse train` runs
+    if not isinstance(micro, int) or per_system is None or per_system % micro == 0:
+        return micro
+    source = (f"--micro-batch {micro}" if asked else
+              f"train_input.micro_batch_size={micro} in the params file {choice.name}")  # fmt: skip
+    small = [d for d in range(1, math.isqrt(per_system) + 1) if per_system % d == 0]
+    divisors = {*small, *(per_system // d for d in small)}
+    near = sorted(sorted(divisors, key=lambda d: abs(math.log(d / micro)))[:3], reverse=True)
+    raise PlanError(
+        f"{source} does not divide the per-system batch of {per_system} ({why}); give "
+        f"--micro-batch {', '.join(map(str, near))} or auto"
+    )
 
 
 class TrainGpus(NamedTuple):
@@ -338,12 +288,15 @@ def plan_train(
     seq = seq_len or choice.seq_len or min(cfg.max_seq_len, 8192)
     check_context(cfg, f"--seq-len {seq}" if seq_len else f"a sequence of {seq} tokens", seq)
     per_system = batch_per_system or _split(choice, n)
-    micro = micro_batch or choice.micro_batch or "auto"  # unset: auto, as `wse train` runs
+    over = f"--systems {n}" if systems else f"runconfig.num_csx={n}"
+    why = (f"--batch {per_system}" if batch_per_system else
+           f"train_input.batch_size={choice.global_batch} over {over}")  # fmt: skip
+    micro = _micro_batch(choice, micro_batch, per_system, why)
     with recording() as w_reads:  # per_system None: the smallest batch that keeps it fed
         step_s, per_system, scale = wafer_train_step(cfg, spec, num_csx=n, batch=per_system,
             seq_len=seq, micro_batch=micro, **choice.plan_settings())  # fmt: skip
     global_batch = n * per_system
-    steps = math.ceil(tokens / (global_batch * seq))
+    steps = math.ceil(tokens / (global_batch * seq))  # whole steps: --tokens rounded up
     w_side = _wafer_train_side(spec, n, step_s, steps, global_batch, seq, rates, scale)
     w_side = dataclasses.replace(w_side, reads=w_reads)
     asked, mfu = mfu, system_constant(gpum.TRAIN_MFU_KEY) if mfu is None else mfu
@@ -351,7 +304,8 @@ def plan_train(
     g_run, g_precision = gpu_at(g, precision)  # the same arithmetic on the GPUs
     inputs = {"tokens": tokens, "systems": n, "wafer": wafer, "gpu": gpu, "mfu": mfu,
               "batch_per_system": per_system, "global_batch": global_batch, "seq_len": seq,
-              "micro_batch_size": micro,
+              "micro_batch_size": micro, "steps": steps,
+              "tokens_trained": steps * global_batch * seq,
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
     notes = power_notes(g, spec) + [
@@ -379,6 +333,10 @@ def plan_train(
         "receives every weight and sends every gradient each micro-batch (these do not "
         "shrink with N), SwarmX's tree adds system_latency_s per level to every streamed "
         "item (wse_systems.training.scaling)",
+        f"steps: {steps:,} of {global_batch:,} x {seq:,} tokens = "
+        f"{steps * global_batch * seq:,} tokens trained (--tokens {tokens:,.0f} rounded up to "
+        "whole steps); time, energy and cost are for those steps, energy per token per "
+        "trained token",
         UNPRICED,
     ]
     try:
@@ -392,6 +350,7 @@ def plan_train(
         g_side = _gpu_train_side(shape, g_run, m, (steps, global_batch, seq), asked, rates,
                                  g_precision)  # fmt: skip
     g_side = dataclasses.replace(g_side, reads=g_reads)
+    notes.insert(-1, _floor_note(g_side.figures))
     time_on = _unless_oom(lambda k: _gpu_train_time(
         shape, g_run, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=asked)[0])  # fmt: skip
     limit = global_batch * g.gpus_per_node * cfg.n_layers

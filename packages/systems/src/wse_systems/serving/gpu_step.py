@@ -27,7 +27,8 @@ prompt's earlier KV, under P / 2 tokens a step, are left out.) A decode token is
 c = 0, a prompt alone is `step` with B = 0.
 
 The kernel cost is an assumption: `--assume gpu.kernel_s=S` (`KERNEL_KEY`, registered with
-`wse_core.cost.assumptions` here) moves every GPU figure of the command. `kernel_s_in_force()`
+`wse_core.cost.assumptions` by `wse_systems.gpu_kernels`, which holds the kernel counts and
+cost this module re-exports) moves every GPU figure of the command. `kernel_s_in_force()`
 reads it; a `GpuFractions` built without a `kernel_s` takes it, as do `floor_s`, `floor_note`
 and `step` without one. The fitted fractions stay as fitted at `KERNEL_S` (experiment
 `trtllm-h100` shows the fit at each value of the sweep).
@@ -45,10 +46,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
-from wse_core.cost.assumptions import register_system_constant, system_constant
-from wse_core.cost.mechanisms import Constant
-
 from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec, ring_allreduce_s
+from wse_systems.gpu_kernels import (
+    KERNEL,
+    KERNEL_KEY,
+    KERNEL_S,
+    KERNELS_PER_LAYER,
+    KERNELS_PER_STEP,
+    kernel_s_in_force,
+)
 from wse_systems.serving.frontier import ServingError
 from wse_systems.transformer import (
     DecoderShape,
@@ -96,37 +102,8 @@ __all__ = [
 FITTED_MFU = 0.273  # share of the tensor peak a step's products reach
 FITTED_HBM_FRACTION = 0.727  # share of HBM bandwidth a step's reads reach
 ACT_BYTES = 2  # activations between GPUs travel in 16 bits in either precision
-
-# The step's kernels (module docstring), counted from a decoder layer as TensorRT-LLM fuses it:
-# two norms (the residual add fused in), the QKV product, attention (RoPE and the KV-cache
-# write fused in), the output product, gate/up (GPT-2: fc), the activation, down.
-KERNELS_PER_LAYER = 8
-KERNELS_PER_STEP = 4  # around the layers: the embedding lookup, final norm, head, sampling
-KERNEL_S = 1.0e-6  # s a kernel costs beyond its reads and products: `KERNEL`
-KERNEL = Constant(
-    units="s/kernel",
-    mechanism="a kernel's fixed cost in a GPU forward pass, beyond its reads and products "
-    "(launch, grid ramp and tail, the gap to the next), under CUDA graphs as the TensorRT-LLM "
-    "rows ran; times K L + K0 kernels a step",
-    basis="assumed",
-    source="no figure for H100 and TensorRT-LLM's kernels; CUDA.jl's 'Graphs' page "
-    "(https://cuda.juliagpu.org/dev/usage/graphs/): 80 broadcast kernels in 260 us launched one "
-    "by one and 70 us as one graph, 3.3 and 0.9 us a kernel, their small work included; a CPU "
-    "launch takes about 4-6 us (https://susun-blog.com/blog/pegainfer-3-cuda-graph). 1 us: a "
-    "graph's replay; 5 us: kernels launched one by one. The TensorRT-LLM rows do not identify "
-    "it (trtllm_h100.fit_over_floor)",
-    sweep=(0.5e-6, 1.0e-6, 2.0e-6, 5.0e-6),
-    limits=(0.0, 1e-3),
-)
-# `--assume gpu.kernel_s=S`: the GPU's constant named as `calibration.FIELD` names the
-# calibration's wafer's (hunt 68: the kernel cost, assumed and swept, was no --assume key)
-KERNEL_KEY = "gpu.kernel_s"
-register_system_constant(KERNEL_KEY, KERNEL, value=KERNEL_S)
-
-
-def kernel_s_in_force() -> float:
-    """`KERNEL_S`, or the value `--assume gpu.kernel_s=S` gives (the active `assume` block)."""
-    return system_constant(KERNEL_KEY)
+# The step's kernels, their cost and `gpu.kernel_s` are `wse_systems.gpu_kernels`' (imported
+# above, re-exported here), which the training step's floor reads too (hunt 76)
 
 
 @dataclasses.dataclass(frozen=True)

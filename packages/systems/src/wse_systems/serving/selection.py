@@ -3,15 +3,17 @@
 Contract. Three ways to pick a point of a `ServingSystem` (`wse_systems.serving.frontier`):
 
 - `at_users(system, n)`: n users in flight (the system refuses more than fit, with numbers);
-- `meeting(system, speed, max_ttft_s=)`: of the loads that meet the limits, the one that
-  serves the most output tokens/s in all (the fewer users where two tie; never a load that
-  another meeting load beats on output, per-user speed and first token together), None when
-  no load meets them. A load meets a per-user speed `speed` when its tokens/s per user is at
-  least `speed` and its requests are admitted at once (`queued` is false: a queued point's
-  per-user speed leaves out its wait to be admitted, as `gpus_to_match` refuses it), and a
-  first-token limit `max_ttft_s` when its time to first token (the wait included) is at most
-  it (either limit may be None; at one output token no load has a per-user speed, and every
-  load meets one: `frontier.user_speed`);
+- `meeting(system, speed, max_ttft_s=)`: of the loads that meet the limits, the knee's rule
+  at one output token: the most output tokens/s in all, within 1% a tie
+  (`placements.OUTPUT_TIE`), then the soonest first token (then the most output, the fastest
+  user, the fewer users: no meeting load `beats` it); None when no load meets them. A load
+  meets a per-user speed `speed` when its tokens/s per user is at least `speed` and its
+  requests are admitted at once (`queued` is false: a queued point's per-user speed leaves
+  out its wait to be admitted, as `gpus_to_match` refuses it), and a first-token limit
+  `max_ttft_s` when its time to first token (the wait included) is at most it (either limit
+  may be None). At one output token no load has a per-user speed (`frontier.user_speed`): a
+  speed has nothing to meet and is dropped, so the pick is `knee`'s, or the first-token
+  limit's alone;
 - `knee(system)`: the load that maximises per-user speed x aggregate throughput, never a
   queued one (at one output token: the most output within 1%, then the soonest first token).
 
@@ -19,20 +21,25 @@ Why (hunt 75): `meeting` took the largest load meeting a speed, and a queued, sa
 looks fast (its speed leaves out the wait): Llama 3 8B on a CS-3 at 120 tokens/s a user took
 156 users, 18,440 tokens/s in all and a first token in 760 ms, where 128 users served 20,410
 tokens/s at 160 tokens/s a user in 588 ms; on 8 x H100 13 tokens/s a user took 3,590 queued
-users, a first token in 23 s.
+users, a first token in 23 s. Hunt 76: the most output (a 1e-9 tie) then bought 0.2% of output
+for 9 times the first token on a plateau (8B on 8 x H100, one output token, any speed: 72
+users, 522 ms, where the knee's 8 served 99.8% of it in 58 ms), and at one output token a
+speed still refused queued loads: the knee's rule, and no speed to meet there.
 
 `meeting` assumes nothing monotone of the curves (they are not where a system changes its
 layout, placement or prompt block with the load; hunt 73), but bounds its work: one user
 first (none is served faster nor sooner, so a limit it misses is missed by every load), then
 every load of a grid (`meeting_loads`: every load up to 64, then steps of 3%) and the
 frontier's loads (`frontier.loads`), then every load between the grid's neighbours of the
-best found (past 64 loads, a finer grid about the best, in turn). Its resolution: a load
-better than the best grid load, more than 3% from it, is not seen.
+most output found (which sets the 1% floor), then of the best found (past 64 loads, a finer
+grid about each, in turn). Its resolution: a load better than the best grid load, or more
+output than the grid's most, more than 3% from it, is not seen.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from wse_systems.serving.frontier import (
     Frontier,
@@ -44,10 +51,11 @@ from wse_systems.serving.frontier import (
     loads,
     user_speed,
 )
+from wse_systems.serving.placements import OUTPUT_TIE
 
 __all__ = ["at_users", "meeting", "meeting_loads", "knee", "queued", "TIE"]
 
-TIE = 1e-9  # output tokens/s within this fraction of the most tie (rounding, a full system)
+TIE = OUTPUT_TIE  # output tokens/s within this fraction of the most tie (the knee's, hunt 76)
 
 
 def at_users(system: ServingSystem, users: int) -> OperatingPoint:
@@ -90,31 +98,43 @@ def beats(a: OperatingPoint, b: OperatingPoint) -> bool:
 
 
 def _best(points: list[OperatingPoint]) -> OperatingPoint:
-    """The most output tokens/s in all (within `TIE` a tie); of the tied, those no other tied
-    point `beats`, the fewest users."""
+    """The most output tokens/s in all (within `TIE`, 1%, a tie); of the tied, the soonest
+    first token, then the most output, the fastest user, the fewest users: a point that
+    `beats` it would be tied and sooner or, as soon, more (so none does)."""
     most = max(p.aggregate_tokens_per_s for p in points)
     tied = [p for p in points if p.aggregate_tokens_per_s >= (1.0 - TIE) * most]
-    return min((p for p in tied if not any(beats(q, p) for q in tied)), key=lambda p: p.users)
+    return min(tied, key=lambda p: (p.ttft_s, -p.aggregate_tokens_per_s, -user_speed(p), p.users))
 
 
 def meeting(
-    system: ServingSystem, speed: float | None = None, *, max_ttft_s: float | None = None
+    system: ServingSystem,
+    speed: float | None = None,
+    *,
+    max_ttft_s: float | None = None,
+    front: Frontier | None = None,
 ) -> OperatingPoint | None:
-    """Of the loads meeting the limits (the module: a speed only unqueued), the one serving
-    the most output tokens/s (`_best`), None when none meets them: one user first (None when
-    it misses), then every load of `meeting_loads` and `frontier.loads`, then every load
-    between the grid's neighbours of the best (past 64 of them, 64 evenly spaced, then as many
-    about the best, closer in). At most len(meeting_loads(max_users)) + log2(max_users) + 1
-    points are priced, and then ceil(0.07 b) for b the load chosen, up to about 900; past it
-    64 a tenfold finer step."""
+    """Of the loads meeting the limits (the module: a speed only unqueued), the most output
+    tokens/s within 1%, then the soonest first token (`_best`), None when none meets them: one
+    user first (None when it misses), then every load of `meeting_loads` and
+    `frontier.loads`, then every load between the grid's neighbours of the load of the most
+    output, then of the best (past 64 of them, 64 evenly spaced, then as many about it,
+    closer in). At most len(meeting_loads(max_users)) + log2(max_users) + 1 points are
+    priced, and then ceil(0.07 m) + ceil(0.07 b) for m the load of the most output and b the
+    load chosen, each up to about 900; past it 64 a tenfold finer step. At one output token a
+    speed is dropped (nothing to meet): a speed alone is `knee(system, front)`."""
     _limits(speed, max_ttft_s)
     if speed is None and max_ttft_s is None:
         raise ServingError("meeting needs a per-user speed, a time to first token, or both")
+    one = system.point(1)
+    if one.user_tokens_per_s is None:  # one output token: no per-user speed (hunt 76)
+        speed = None
+        if max_ttft_s is None:
+            return knee(system, front)
     found: dict[int, OperatingPoint | None] = {}
 
     def met(users: int) -> OperatingPoint | None:
         if users not in found:
-            p = system.point(users)
+            p = one if users == 1 else system.point(users)
             fast = speed is None or (user_speed(p) >= speed and not queued(p))
             found[users] = p if fast and (max_ttft_s is None or p.ttft_s <= max_ttft_s) else None
         return found[users]
@@ -124,17 +144,26 @@ def meeting(
     grid = meeting_loads(system.max_users)
     for u in sorted({*grid, *loads(system.max_users)}):
         met(u)
-    b = _best([p for p in found.values() if p is not None]).users
-    i = max(j for j, g in enumerate(grid) if g <= b)  # the grid's neighbours of b
-    low, high = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
-    while high - low > 1:  # every load between them, or 64 evenly spaced and closer in
-        step = max(1, (high - low) // _DENSE)
-        for u in range(low + step, high, step):
-            met(u)
-        b = _best([p for p in found.values() if p is not None]).users
-        if step == 1 or not low < b < high:
-            break
-        low, high = max(low, b - step), min(high, b + step)
+
+    def near(pick: Callable[[list[OperatingPoint]], OperatingPoint]) -> None:
+        """Every load between the grid's neighbours of `pick`'s load, or 64 evenly spaced and
+        closer in."""
+        b = pick([p for p in found.values() if p is not None]).users
+        i = max(j for j, g in enumerate(grid) if g <= b)
+        low, high = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
+        while high - low > 1:
+            step = max(1, (high - low) // _DENSE)
+            for u in range(low + step, high, step):
+                met(u)
+            b = pick([p for p in found.values() if p is not None]).users
+            if step == 1 or not low < b < high:
+                break
+            low, high = max(low, b - step), min(high, b + step)
+
+    # the most output first: it sets the 1% floor (hunt 76: its grid neighbour's floor let in
+    # a load 1% below the most, 134 users where 135 is the rule's)
+    near(lambda ps: max(ps, key=lambda p: p.aggregate_tokens_per_s))
+    near(_best)
     return _best([p for p in found.values() if p is not None])
 
 
@@ -179,8 +208,6 @@ def _first_token_knee(system: ServingSystem, front: Frontier) -> OperatingPoint:
     token, which holds its admission wait. The loads priced: the frontier's, and a bisection
     below its best for the least load within 1% of the most (output rises with the load
     until the busiest resource is full; the first token rises with it)."""
-    from wse_systems.serving.placements import OUTPUT_TIE
-
     found = {p.users: p for p in front.points}
     found.setdefault(1, system.point(1))
     most = max(p.aggregate_tokens_per_s for p in found.values())
