@@ -177,7 +177,9 @@ def md(
     s = read_structure(structure, lattice, element, a, cells, dtype, spec, notes)
     check_size(out, steps, thermo_every, s)  # hunt 64: 10^7 frames began to write, ~386 GB
     draw = check_velocities(ctx, s, structure, thermostat, temperature_k, create_velocities)
-    pot = read_potential_for(s, potential, potential_knots, notes)
+    pot = read_potential_for(
+        s, potential, potential_knots, notes, temperature_k=temperature_k, seed=seed
+    )
     from wse_hpc.md import MdConfig, Thermostat  # JAX: after the files' checks (hunt 57)
 
     cfg = MdConfig(

@@ -164,10 +164,14 @@ def check_velocities(ctx, s, path, thermostat, temperature_k, create) -> bool:
     return draw
 
 
-def read_potential_for(s, paths: list[Path], knots: int | None, notes: list[str]):
+def read_potential_for(
+    s, paths: list[Path], knots: int | None, notes: list[str], *, temperature_k=None, seed=0
+):
     """The potential of `paths` with only the elements `s` uses (hunt 68: NiAlH_jea on pure
     Ni was refused for Al's and H's tables), resampled to `knots` (--potential-knots) with a
-    line in `notes` saying what that costs on `s`."""
+    line in `notes` saying what that costs on `s`: where its forces vanish by symmetry (a
+    --lattice crystal), on a copy displaced as at the run's --temperature-K, with its --seed
+    (the command's own options; hunt 76: "force 1.6e-15 eV/A" on the perfect lattice)."""
     from wse_hpc.md import read_potential
 
     species = list(dict.fromkeys(s.symbols.tolist()))  # names a funcfl file of atomic number 0
@@ -180,7 +184,7 @@ def read_potential_for(s, paths: list[Path], knots: int | None, notes: list[str]
     from wse_hpc.md.resample import resample, resample_cost
 
     new = resample(pot, knots)
-    notes.append(resample_cost(pot, new, s).line())
+    notes.append(resample_cost(pot, new, s, temperature_K=temperature_k, seed=seed).line())
     return new
 
 

@@ -2,8 +2,10 @@
 
 A `Structure` holds symbols (N,), positions (N, 3) in Angstrom, the box side lengths (3,) in
 Angstrom (origin at 0; periodic in x, y, z) and optionally velocities (A/ps), forces (eV/A),
-per-atom energies (eV) and masses (amu), and `info`, the numbers an extended XYZ comment line
-carries besides them (the Nosé–Hoover bath of the run that wrote it: `wse_hpc.md.xyz`).
+per-atom energies (eV) and masses (amu), `info`, the numbers an extended XYZ comment line
+carries besides them (the Nosé–Hoover bath of the run that wrote it: `wse_hpc.md.xyz`), and
+`images`, each atom's periodic image flags (LAMMPS's ix iy iz: the unwrapped position is
+positions + images * box; a run's frames carry them, so a trajectory gives displacements).
 `crystal(kind, symbol, a_A, cells)` builds `cells` = (nx, ny, nz)
 conventional cells: fcc and bcc cubes of side a, hcp in its orthorhombic 4-atom cell
 a x sqrt(3) a x c (ideal c/a unless given).
@@ -50,6 +52,7 @@ class Structure:
     info: dict[str, float | tuple[float, ...]] = dataclasses.field(
         default_factory=dict
     )  # as ASE's Atoms.info
+    images: np.ndarray | None = None  # (N, 3) int64, LAMMPS's ix iy iz (module docstring)
 
     @property
     def num_atoms(self) -> int:
@@ -160,7 +163,9 @@ def wrap_into_box(s: Structure) -> int:
     returns how many atoms moved. A value that rounds to L after the wrap (-1e-17 mod L) is
     put at 0 (hunt 73: such files, and a coordinate printed as exactly L, were refused).
     Only coordinates within MAX_BOX_A (a double's spacing there: 1e-10 A) are wrapped;
-    `check_box` refuses farther ones, and non-finite ones, as it refuses a bad box."""
+    `check_box` refuses farther ones, and non-finite ones, as it refuses a bad box. The image
+    flags count the boxes each moved atom crossed (a new `images` array, zeros where there
+    was none), as read_data's remap counts them: the unwrapped positions stay as given."""
     x, box = s.positions_A, s.box_A
     if not np.all((box > 0) & np.isfinite(box)):
         return 0
@@ -168,7 +173,10 @@ def wrap_into_box(s: Structure) -> int:
     outside = near & np.any((x < 0) | (x >= box), axis=1)
     if outside.any():
         w = np.mod(x[outside], box)
-        x[outside] = np.where(w >= box, 0.0, w)
+        w = np.where(w >= box, 0.0, w)
+        images = np.zeros(x.shape, np.int64) if s.images is None else s.images.astype(np.int64)
+        images[outside] += np.rint((x[outside] - w) / box).astype(np.int64)
+        x[outside], s.images = w, images
     return int(outside.sum())
 
 

@@ -4,7 +4,8 @@ reach (a periodic k-d tree), the candidate capacity per row offset of the window
 (`active_per_block`, `EamPlan.active`), and the whole plan of a mapped state (`plan_window`:
 the window for cutoff + skin + WINDOW_MARGIN_A and its capacities, lists over
 LIST_BUDGET_BYTES of host memory dropped for the full-window kernel), which the shell
-(`simulate.run_md`) runs and `perf` prices. NumPy only; nothing here is placed or traced.
+(`simulate.run_md`) runs and `perf` prices. NumPy, and the counts per row offset in one numba
+loop (`reach_counts_numba`); nothing here is placed or traced.
 The window a state needs and its per-offset counts are stored on disk by the state
 (`plan_cache`: a warm `wse hpc md` at 32,000 atoms skipped ~0.4 s of k-d tree and counting,
 and scipy's imports, which are made where they are used).
@@ -58,21 +59,15 @@ def reach_pairs(positions_A: np.ndarray, box_A, reach_A: float) -> np.ndarray:
 def _offset_counts(row_of: np.ndarray, pairs: np.ndarray, rows: int, k_rows: int) -> np.ndarray:
     """(n, 2 k_rows + 1) int64: per atom (row_of: its PE row), how many of its pair partners
     sit at each row offset -k_rows .. k_rows (periodic over `rows`); both atoms of a pair
-    count it, each at its own offset (beyond k_rows: not counted)."""
-    n, n_off = row_of.size, 2 * k_rows + 1
-    idx_t = np.int32 if (n + 1) * n_off < 2**31 else np.int64
-    row = row_of.astype(np.int32)
-    ra, rb = row[pairs[:, 0]], row[pairs[:, 1]]
-    flat = []
-    half = rows // 2
-    for atom, d in ((pairs[:, 0], rb - ra), (pairs[:, 1], ra - rb)):
-        # (d + half) % rows - half for d in -(rows - 1) .. rows - 1, without a division
-        d = d - np.int32(rows) * (d > rows - 1 - half) + np.int32(rows) * (d < -half)
-        spare = n * n_off  # one bin past the counts for the pairs outside the window
-        at = atom.astype(idx_t) * idx_t(n_off) + (d + k_rows).astype(idx_t)
-        flat.append(np.where(np.abs(d) <= k_rows, at, idx_t(spare)))
-    counts = np.bincount(np.concatenate(flat), minlength=n * n_off + 1)[:-1]
-    return counts.reshape(n, n_off)
+    count it, each at its own offset (beyond k_rows: not counted). One pass over the pairs
+    in numba (`reach_counts_numba`: a NumPy bincount over twice the pairs took 14-40 s of
+    each 801,792-atom crystal santos24-md plans, hunt 76)."""
+    from wse_hpc.md.reach_counts_numba import offset_counts  # numba: imported where used
+
+    counts = np.zeros((row_of.size, 2 * k_rows + 1), np.int64)
+    row = np.ascontiguousarray(row_of, dtype=np.int64)
+    offset_counts(row, np.ascontiguousarray(pairs, dtype=np.int64), int(rows), int(k_rows), counts)
+    return counts
 
 
 class Margins(NamedTuple):
@@ -142,7 +137,7 @@ def list_caps(
 
 def _stored_most(state_np, box_A, reach_A: float, k_rows: int, pairs):
     """`_most_in_reach`, stored on disk by the state without `pairs` (given pairs: a
-    crystal's prediction, not a run)."""
+    crystal's prediction, not a run; `santos24_md` stores each crystal's plans whole)."""
     count = functools.partial(_most_in_reach, state_np, box_A, reach_A, k_rows, pairs)
     if pairs is not None:
         return count()

@@ -11,20 +11,26 @@ Contract:
   knot is the old table's own spline at that point (LAMMPS's `interpolate`, the spline the
   kernels and LAMMPS evaluate), and the kernels spline the new knots the same way. Tables
   of `knots` knots or fewer are kept; nothing to cut gives `pot` itself.
-- `resample_cost(old, new, structure) -> ResampleCost`: the largest difference the
-  resampling makes where the structure's atoms are: of the force (eV/A) and the energy (eV)
-  of each atom (SAMPLE_ATOMS atoms spread over a larger structure), of the pressure (bar;
-  from the sample's virials scaled to every atom in a larger one), and of each table and
-  its slope over the distances (closest pair .. cutoff) and host densities its atoms have.
-  Not over the whole tables: they run to r = 0 and far past any density (Mendelev's r phi is
-  1e12 below 0.5 A, Al_mm's F 2e13 at its rhomax), where differences are large and no atom
-  goes. `ResampleCost.line()` says it in one line. NumPy and SciPy's cKDTree (neighbours
-  within the cutoff, minimum image), float64, with LAMMPS's index and clamp rules.
+- `resample_cost(old, new, structure, temperature_K=, seed=) -> ResampleCost`: the largest
+  difference the resampling makes where the structure's atoms are: of the force (eV/A) and
+  the energy (eV) of each atom (SAMPLE_ATOMS atoms spread over a larger structure), of the
+  pressure (bar; from the sample's virials scaled to every atom in a larger one), and of
+  each table and its slope over the distances (closest pair .. cutoff) and host densities
+  its atoms have. Not over the whole tables: they run to r = 0 and far past any density
+  (Mendelev's r phi is 1e12 below 0.5 A, Al_mm's F 2e13 at its rhomax), where differences
+  are large and no atom goes. A structure whose forces vanish by symmetry (a perfect
+  `--lattice` crystal: ~1e-15 eV/A) would say the force changes by nothing, though a run
+  leaves the lattice at once (hunt 76: 1.6e-15 eV/A printed, 0.0034 on a thermalised
+  crystal): it is measured on `thermal_copy`, every atom displaced as at the run's
+  temperature (seeded), and the line says on what (`measured_on`). `ResampleCost.line()`
+  says it in one line. NumPy and SciPy's cKDTree (neighbours within the cutoff, minimum
+  image), float64, with LAMMPS's index and clamp rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -33,11 +39,26 @@ from wse_hpc.md.lattice import Structure
 from wse_hpc.md.potentials import MIN_KNOTS, EamPotential, PotentialError
 from wse_hpc.md.reference import spline_slope, spline_value
 
-__all__ = ["resample", "resample_cost", "ResampleCost", "spline_at", "MIN_KNOTS", "SAMPLE_ATOMS"]
+__all__ = [
+    "resample",
+    "resample_cost",
+    "ResampleCost",
+    "spline_at",
+    "thermal_copy",
+    "thermal_sigma_A",
+    "MIN_KNOTS",
+    "SAMPLE_ATOMS",
+    "THERMAL_SIGMA_A",
+]
 
 SAMPLE_ATOMS = 1024  # atoms whose forces are compared (every atom of a smaller structure)
 ROWS_PER_CHUNK = 4096  # atoms whose neighbours are held at once (densities)
 POINTS_PER_KNOT = 8  # points per old knot interval where the tables are compared
+# A crystal's thermal displacements, rms per axis: 0.07 A at 300 K (Cu's Debye-Waller
+# B = 8 pi^2 <u_x^2> ~ 0.55 A^2 gives 0.083 A; W's ~0.05): what `samples` displaces its
+# crystals by and what the forces are measured on where a structure's vanish by symmetry
+THERMAL_SIGMA_A, THERMAL_K = 0.07, 300.0
+FORCE_VANISH_EV_A = 1e-6  # every sampled force below this: a lattice's symmetry (~1e-15 seen)
 
 
 def resample(pot: EamPotential, knots: int) -> EamPotential:
@@ -101,6 +122,7 @@ class ResampleCost(NamedTuple):
     r_A: tuple[float, float]  # the distances compared
     rho: tuple[float, float]  # the host densities compared
     table: dict[str, float]  # F, F', rho, rho', phi, phi'
+    measured_on: str = "the structure as given"  # or a displaced copy (`resample_cost`)
 
     def line(self) -> str:
         """One line: what was cut, and what it costs."""
@@ -118,20 +140,72 @@ class ResampleCost(NamedTuple):
             f"{name}: tables resampled from {self.before[0]} x {self.before[1]} to "
             f"{self.after[0]} x {self.after[1]} knots (rho x r) with LAMMPS's splines; max abs "
             f"change on {on} atoms: force {self.force_eV_A:.2g} eV/A, energy "
-            f"{self.energy_eV:.2g} eV/atom, pressure {about}{self.press_bar:.2g} bar; of the "
+            f"{self.energy_eV:.2g} eV/atom, pressure {about}{self.press_bar:.2g} bar (on "
+            f"{self.measured_on}); of the "
             f"tables for r in [{self.r_A[0]:.3g}, {self.r_A[1]:.3g}] A and rho in "
-            f"[{self.rho[0]:.3g}, {self.rho[1]:.3g}] (this structure's): F {t['F']:.2g} eV "
+            f"[{self.rho[0]:.3g}, {self.rho[1]:.3g}] (its atoms'): F {t['F']:.2g} eV "
             f"(F' {t['dF']:.2g}), rho {t['rho']:.2g} (rho' {t['drho']:.2g} /A), phi "
             f"{t['phi']:.2g} eV (phi' {t['dphi']:.2g} eV/A)"
         )
 
 
-def resample_cost(old: EamPotential, new: EamPotential, s: Structure) -> ResampleCost:
-    """What `new` (`resample(old, ...)`) changes on `s` (module docstring)."""
+def resample_cost(
+    old: EamPotential,
+    new: EamPotential,
+    s: Structure,
+    *,
+    temperature_K: float | None = None,
+    seed: int = 0,
+) -> ResampleCost:
+    """What `new` (`resample(old, ...)`) changes on `s`, or, where the forces on `s` vanish
+    (a perfect lattice), on `thermal_copy(s, T, seed)` at the run's `temperature_K` (None:
+    the kinetic temperature of `s`'s velocities, else 300 K) (module docstring)."""
+    if new is old:
+        grids, n = ((old.nrho, old.nr), (new.nrho, new.nr)), s.num_atoms
+        return ResampleCost(old.source, *grids, 0, n, 0.0, 0.0, 0.0, (0.0, 0.0), (0.0, 0.0), {})
+    cost, force_max = _cost_on(old, new, s)
+    if force_max >= FORCE_VANISH_EV_A:
+        return cost
+    t = temperature_K or _kinetic_K(s, old) or THERMAL_K
+    copy = thermal_copy(s, t, seed)
+    on = (
+        f"a copy displaced {thermal_sigma_A(t):.2g} A rms per axis as at ~{t:.0f} K, seed "
+        f"{seed}: on the structure as given the forces vanish by symmetry"
+    )
+    return _cost_on(old, new, copy)[0]._replace(measured_on=on)
+
+
+def thermal_sigma_A(temperature_K: float) -> float:
+    """The rms displacement per axis (A) of a crystal's atoms at `temperature_K`: THERMAL_SIGMA_A
+    at THERMAL_K, as the square root of T (the harmonic, classical crystal)."""
+    return THERMAL_SIGMA_A * math.sqrt(max(temperature_K, 0.0) / THERMAL_K)
+
+
+def thermal_copy(s: Structure, temperature_K: float, seed: int) -> Structure:
+    """`s` with every atom displaced by N(0, thermal_sigma_A(T)^2) per axis (NumPy's
+    default_rng(seed)), wrapped into the box: a crystal as a run at T soon holds it."""
+    rng = np.random.default_rng(seed)
+    box = np.asarray(s.box_A, dtype=np.float64)
+    moved = s.positions_A + rng.normal(0.0, thermal_sigma_A(temperature_K), s.positions_A.shape)
+    return dataclasses.replace(s, positions_A=np.mod(moved, box), images=None)
+
+
+def _kinetic_K(s: Structure, pot: EamPotential) -> float | None:
+    """The temperature of `s`'s velocities (3N - 3 degrees of freedom, LAMMPS's), else None."""
+    if s.velocities_A_ps is None or s.num_atoms < 2:
+        return None
+    from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E  # JAX's import: the run's next step
+
+    m = np.asarray(pot.masses_amu, dtype=np.float64)[s.species(pot.elements)]
+    v = np.asarray(s.velocities_A_ps, dtype=np.float64)
+    ke = 0.5 * MVV2E * float((m[:, None] * v * v).sum())
+    return 2.0 * ke / ((3 * s.num_atoms - 3) * BOLTZ_EV_K) or None
+
+
+def _cost_on(old: EamPotential, new: EamPotential, s: Structure) -> tuple[ResampleCost, float]:
+    """The cost on `s` as it is, and the largest force the old tables give its sampled atoms."""
     grids = (old.nrho, old.nr), (new.nrho, new.nr)
     n = s.num_atoms
-    if new is old:
-        return ResampleCost(old.source, *grids, 0, n, 0.0, 0.0, 0.0, (0.0, 0.0), (0.0, 0.0), {})
     x, box = np.mod(s.positions_A, s.box_A), np.asarray(s.box_A, dtype=np.float64)
     sp = s.species(old.elements).astype(np.int64)
     from scipy.spatial import cKDTree
@@ -145,7 +219,7 @@ def resample_cost(old: EamPotential, new: EamPotential, s: Structure) -> Resampl
     )
     rho_range = (float(rho0[hosts].min()), float(min(rho0[hosts].max(), old.rhomax)))
     r_range = (min(r_lo, old.cutoff_A), old.cutoff_A)
-    return ResampleCost(
+    cost = ResampleCost(
         old.source,
         *grids,
         len(rows),
@@ -157,6 +231,7 @@ def resample_cost(old: EamPotential, new: EamPotential, s: Structure) -> Resampl
         rho_range,
         _table_errors(old, new, r_range, rho_range),
     )
+    return cost, float(np.abs(f0[rows]).max())
 
 
 def _press_bar(virial_eV: float, volume_A3: float) -> float:

@@ -11,7 +11,9 @@ emulator's own defaults map onto a near-square grid (`mapping.choose_grid`; the 
 per tile at this size and is left out).
 `plan(sample, spec)` plans either on a wafer spec (the map, the window for cutoff + skin, the
 list capacities: host side, nothing allocated); a sample larger than the wafer keeps the
-grid's rows and is priced with the spec's per-PE costs (`fits` False).
+grid's rows and is priced with the spec's per-PE costs (`fits` False). It is `layout` (the
+grid on the spec: the wafer, and whether it fits) and `window` (the plan on that grid, which
+depends on nothing else of the spec: one crystal planned once for wafers of the same grid).
 
 What the paper's text gives and what it does not (its body was not reachable here, only its
 abstract; REFERENCES.md lists the inputs): 801,792 atoms of W, Cu and Ta; one atom per core;
@@ -33,7 +35,7 @@ import numpy as np
 from wse_core import WaferSpec
 from wse_core.hw.wafer import Wafer, build_wafer
 
-from wse_hpc.md import mapping
+from wse_hpc.md import mapping, resample
 from wse_hpc.md.config import MdConfig
 from wse_hpc.md.eam import EamPlan
 from wse_hpc.md.lattice import Structure
@@ -53,6 +55,8 @@ __all__ = [
     "tile_for",
     "slab",
     "cube",
+    "layout",
+    "window",
     "plan",
     "max_hits",
 ]
@@ -63,7 +67,8 @@ CELLS_Z = 4  # assumption: the slab's thickness in cells (swept)
 KINDS = {"Cu": "fcc", "W": "bcc", "Ta": "bcc"}
 # the near-cubic crystals of 801,792 atoms: fcc 64 x 58 x 54 cells (x 4), bcc 87 x 72 x 64 (x 2)
 CUBES = {"Cu": (64, 58, 54), "W": (87, 72, 64), "Ta": (87, 72, 64)}
-THERMAL_SIGMA_A = 0.07  # displacements of a ~300 K crystal, for the map and the lists
+# the displacements of a ~300 K crystal (0.07 A rms per axis), for the map and the lists
+THERMAL_SIGMA_A = resample.THERMAL_SIGMA_A
 
 
 class Sample(NamedTuple):
@@ -135,37 +140,39 @@ def cube(element: str, pot, seed: int = 0, skin_A: float = MdConfig.skin_A) -> S
     return _found(element, "cube", s, pot, None, mapping.TILES[0], skin_A)
 
 
-def max_hits(sample: Sample, cutoff_A: float, chunk: int = 1 << 22) -> int:
+def max_hits(sample: Sample, cutoff_A: float) -> int:
     """The most neighbours within `cutoff_A` of any atom (N_h of the busiest PE: one atom
-    per PE), from the sample's pairs (found within a larger reach), by minimum image."""
+    per PE), from the sample's pairs (found within a larger reach), by minimum image in
+    float64 (one numba loop, `reach_counts_numba.hits_within`: 5-11 s in NumPy, hunt 76)."""
+    from wse_hpc.md.reach_counts_numba import hits_within  # numba: imported where used
+
     s = sample.structure
     box = np.asarray(s.box_A, dtype=np.float64)
     pos = np.mod(np.asarray(s.positions_A, dtype=np.float64), box)
     counts = np.zeros(s.num_atoms, np.int64)
-    for lo in range(0, len(sample.pairs), chunk):
-        p = sample.pairs[lo : lo + chunk]
-        d = pos[p[:, 0]] - pos[p[:, 1]]
-        d -= box * np.round(d / box)
-        inside = p[np.einsum("ij,ij->i", d, d) < cutoff_A**2]
-        counts += np.bincount(inside.ravel(), minlength=s.num_atoms)
+    pairs = np.ascontiguousarray(sample.pairs, dtype=np.int64)
+    hits_within(np.ascontiguousarray(pos), box, pairs, float(cutoff_A) ** 2, counts)
     return int(counts.max())
 
 
-def plan(sample: Sample, spec: WaferSpec, pot, config: MdConfig | None = None) -> Planned:
-    """(wafer, plan, fits) for `sample` on a wafer of `spec` (module docstring); `config`
-    gives the skin (the sample's pairs must be for it) and the dtype (default: MdConfig's)."""
-    config = config or MdConfig(spec=spec)
-    s = sample.structure
-    if sample.grid is not None:
-        grid = sample.grid
-    elif ATOMS <= spec.num_pes:
+def layout(grid: tuple[int, int] | None, spec: WaferSpec) -> tuple[Wafer, bool]:
+    """The wafer (one device) a sample laid for `grid` (`Sample.grid`; None: the emulator's
+    defaults on `spec`) is planned on, and whether it fits `spec` (module docstring)."""
+    if grid is None and ATOMS <= spec.num_pes:
         grid = mapping.choose_grid(ATOMS, spec.pe_rows, spec.pe_cols)
-    else:  # the preset's rows, as many columns as the atoms need
+    elif grid is None:  # the preset's rows, as many columns as the atoms need
         grid = (spec.pe_rows, -(-ATOMS // spec.pe_rows))
     fits = grid[0] <= spec.pe_rows and grid[1] <= spec.pe_cols
     if not fits:
         spec = spec.replace(pe_rows=max(grid[0], spec.pe_rows), pe_cols=max(grid[1], spec.pe_cols))
-    w = build_wafer(spec, grid=grid, mesh_shape=(1, 1), devices=jax.devices()[:1])
+    return build_wafer(spec, grid=grid, mesh_shape=(1, 1), devices=jax.devices()[:1]), fits
+
+
+def window(sample: Sample, wafer: Wafer, pot, config: MdConfig) -> EamPlan:
+    """The plan of `sample` mapped onto `wafer`'s grid (`layout`): it depends on the wafer
+    only through that grid. `config` gives the skin (the sample's pairs must be for it) and
+    the dtype."""
+    s, grid = sample.structure, (wafer.rows, wafer.cols)
     pos = mapping.rewrap(s.positions_A, s.box_A).astype(np.float32)  # as `pairs` were found
     state = mapping.pack(
         mapping.initial_map(pos, grid, s.box_A, sample.tile),
@@ -173,5 +180,11 @@ def plan(sample: Sample, spec: WaferSpec, pot, config: MdConfig | None = None) -
         np.zeros(s.num_atoms, np.int32),
         dtype=np.float32,
     )
-    p = plan_window(state, s.box_A, pot, config, w, host_lists=False, pairs=sample.pairs)
-    return Planned(w, p, fits)
+    return plan_window(state, s.box_A, pot, config, wafer, host_lists=False, pairs=sample.pairs)
+
+
+def plan(sample: Sample, spec: WaferSpec, pot, config: MdConfig | None = None) -> Planned:
+    """(wafer, plan, fits) for `sample` on a wafer of `spec` (module docstring); `config`
+    gives the skin (the sample's pairs must be for it) and the dtype (default: MdConfig's)."""
+    wafer, fits = layout(sample.grid, spec)
+    return Planned(wafer, window(sample, wafer, pot, config or MdConfig(spec=spec)), fits)

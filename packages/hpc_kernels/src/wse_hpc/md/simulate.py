@@ -29,8 +29,10 @@ functions (`runners.runner_for`). Thermo rows are computed on the host in float6
 A Nosé–Hoover run from a structure whose velocities it keeps starts with the bath the
 structure carries (`run_setup.start_bath`), and every frame it hands `on_frame` carries its
 bath in `info` (with the run's masses): 2N steps and N + N continued from the Nth frame agree.
+Every frame carries image flags (`Structure.images`, LAMMPS's ix iy iz): positions + images
+x box is the unwrapped trajectory, counted on from the structure's own flags, re-maps too.
 Returns an `MdResult` with the final structure (positions wrapped into the box, velocities,
-forces, per-atom energies, masses, the bath), the rows, the timings, the plan it ran and
+forces, per-atom energies, masses, the bath, images), the rows, the timings, the plan it ran and
 `.report`, the run's `wse_core.RunReport` (`perf.run_report`).
 """
 
@@ -186,6 +188,7 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     # numba compiles the PE kernels aside while this plans (the build's once the window is)
     pe_compile.start(pe_kernels_for(wafer, dtype))
     pos, grid = mapping.rewrap(structure.positions_A, box), (wafer.rows, wafer.cols)
+    images = _start_images(structure, pos, box)
     reach = pot.cutoff_A + config.skin_A + WINDOW_MARGIN_A
     # the tile stored on disk by its inputs, as the plan's window and counts are (`plan_cache`)
     choose = functools.partial(mapping.choose_tile, pos, grid, box, reach)
@@ -199,7 +202,7 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     sram = sram_plan(wafer, pot, plan)
     geo = geometry(wafer)
     runner = runner_for(wafer, pot, plan, config, masses, n, runners)
-    replans, fixed = 0, _RunFixed(wafer, pot, config, masses, box, tile, runners)
+    replans, fixed = 0, _RunFixed(wafer, pot, config, masses, box, tile, runners, images)
     t0 = time.perf_counter()
     state = _placed_drift(runner, runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo))
     if (bath := start_bath(structure, config)) is not None:  # a continued Nose-Hoover run
@@ -214,7 +217,7 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     rows = [state_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
     if on_thermo:
         on_thermo(rows[-1])
-    frame = functools.partial(_frame, wafer, pot, n, box, masses[species], config)
+    frame = functools.partial(_frame, fixed, n, masses[species])
     if on_frame:
         on_frame(0, frame(state))
     key = jax.random.key(config.seed)
@@ -275,10 +278,22 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     )
 
 
-def _frame(wafer, pot, n, box, masses_amu, config: MdConfig, state: MdState) -> Structure:
-    """The structure of a placed state with the run's masses (the written momenta's) and,
-    for Nosé–Hoover, its bath in `info`: a run continued from it goes on exactly."""
-    s = state_structure(wafer, state, pot, n, box)
+def _start_images(structure: Structure, pos: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """(n, 3) int64: the whole boxes from the placed positions `pos` (`rewrap`ped) to the
+    structure's unwrapped ones (positions + its image flags), so that a frame's image flags
+    go on from the structure's (a run continued from a frame: displacements add up)."""
+    given = structure.positions_A
+    if structure.images is not None:
+        given = given + np.asarray(structure.images, dtype=np.float64) * box
+    return np.rint((given - pos) / box).astype(np.int64)
+
+
+def _frame(fixed: _RunFixed, n: int, masses_amu, state: MdState) -> Structure:
+    """The structure of a placed state with the run's masses (the written momenta's), its
+    image flags and, for Nosé–Hoover, its bath in `info`: a run continued from it goes on
+    exactly."""
+    config = fixed.config
+    s = state_structure(fixed.wafer, state, fixed.pot, n, fixed.box, fixed.images)
     s.masses_amu = np.asarray(masses_amu, dtype=np.float64)
     if config.thermostat.kind == "nose-hoover":
         xi, eta = (np.asarray(v, dtype=np.float64).reshape(-1) for v in state.bath)
@@ -330,6 +345,8 @@ class _RunFixed(NamedTuple):
     box: np.ndarray
     tile: tuple[int, int]
     runners: dict | None
+    images: np.ndarray  # (n, 3) int64, the boxes from the placed positions to the unwrapped
+    # ones: `_replan` adds what its `rewrap` moved, in place, so the frames' flags never jump
 
 
 def _replan(fixed: _RunFixed, state: MdState, plan, replans: int, seen: list[np.ndarray]):
@@ -344,11 +361,12 @@ def _replan(fixed: _RunFixed, state: MdState, plan, replans: int, seen: list[np.
     The total M (the work of every force evaluation) gets the extra headroom only from the
     third re-plan on: an atom's total is measured, and fluctuates less than a row offset's
     count."""
-    wafer, pot, config, masses, box, tile, runners = fixed
+    wafer, pot, config, masses, box, tile, runners, images = fixed
     grown = replans > 2 or not plan.caps
     st = wafer.gather(state.atoms.record())
     u = mapping.unpack(st, int((st[..., mapping.SPECIES] >= 0).sum()))
     grid, pos = (wafer.rows, wafer.cols), mapping.rewrap(u["positions_A"], box)
+    images += np.rint((u["positions_A"] - pos) / box).astype(np.int64)  # what rewrap moved
     state_np = mapping.pack(
         mapping.initial_map(pos, grid, box, tile),
         pos,

@@ -6,7 +6,8 @@
 thermostat's energy (Nosé–Hoover, else 0) and `econserve` = etotal + ecouple, as LAMMPS's
 thermo keywords of the same names. `format_rows` prints them
 as LAMMPS does; `performance_line` is LAMMPS's closing `Performance:` line. `state_row` and
-`state_structure` read a run's placed `MdState` into a row and a `Structure`.
+`state_structure` read a run's placed `MdState` into a row and a `Structure` (wrapped
+positions with their image flags, hunt 76: without them a trajectory gave no displacement).
 """
 
 from __future__ import annotations
@@ -113,18 +114,25 @@ def state_row(step, wafer, state: MdState, masses, volume, ecouple: float = 0.0)
     return thermo_row(step, masses[sp[held]], vel, energies, virial, volume, ecouple)
 
 
-def state_structure(wafer, state: MdState, pot, n: int, box) -> Structure:
-    """The n atoms of a placed state as a `Structure` (positions wrapped into the box)."""
+def state_structure(wafer, state: MdState, pot, n: int, box, images=None) -> Structure:
+    """The n atoms of a placed state as a `Structure`: positions wrapped into the box, with
+    their image flags (LAMMPS's ix iy iz), so that positions + images * box is the state's
+    unwrapped position (which the kernels keep) plus `images` (n, 3) int64 whole boxes
+    (None: none), the run's own count of what its re-maps shifted (`simulate`)."""
     st, out = wafer.gather(state.atoms.record()), state.eam
     u = mapping.unpack(st, n)
     energies = wafer.gather(out.energy).reshape(-1)[u["pe_flat_index"]]
+    box = np.asarray(box, dtype=np.float64)
+    wrapped = np.mod(u["positions_A"], box)
+    crossed = np.rint((u["positions_A"] - wrapped) / box).astype(np.int64)
     return Structure(
         symbols=np.array([pot.elements[s] for s in u["species"]]),
-        positions_A=np.mod(u["positions_A"], box),
+        positions_A=wrapped,
         box_A=box.copy(),
         velocities_A_ps=u["velocities_A_ps"],
         forces_eV_A=np.asarray(
             wafer.gather(out.forces).reshape(-1, 3)[u["pe_flat_index"]], dtype=np.float64
         ),
         energies_eV=np.asarray(energies, dtype=np.float64),
+        images=crossed if images is None else crossed + images,
     )

@@ -2,11 +2,15 @@
 
 Each frame: the atom count; a comment line of key=value pairs with
 `Lattice="Lx 0 0 0 Ly 0 0 0 Lz"`, `Properties=species:S:1:pos:R:3[:momenta:R:3][:masses:R:1]
-[:forces:R:3][:energies:R:1]`, `pbc="T T T"`, when energies are known `energy=` (eV), and
-after a Nosé–Hoover run its bath, `nose_hoover_xi=` (1/ps) and `nose_hoover_eta=` (LAMMPS
-fix nvt's eta_dot and eta: one number each, or a chain's quoted, `nose_hoover_xi="x0 x1 x2"`;
+[:forces:R:3][:energies:R:1][:map_shift:I:3]`, `pbc="T T T"`, when energies are known
+`energy=` (eV), and after a Nosé–Hoover run its bath, `nose_hoover_xi=` (1/ps) and
+`nose_hoover_eta=` (LAMMPS fix nvt's eta_dot and eta: one number each, or a chain's quoted,
+`nose_hoover_xi="x0 x1 x2"`;
 `Structure.info`, read back so a run continued from the frame goes on as if never stopped);
-then one line per atom. Units: A, ASE's momenta, amu, eV/A, eV. `write_xyz`
+then one line per atom. Units: A, ASE's momenta, amu, eV/A, eV; `map_shift` holds each atom's
+image flags (LAMMPS's ix iy iz, OVITO's Periodic Image: the unwrapped position is pos +
+map_shift x the box side; a run's frames write them, `Structure.images`, and a run continued
+from a frame counts on from them; whole numbers, else a WseError naming the line). `write_xyz`
 (`wse_hpc.md.xyz_write`) appends frames, each whole, or writes a new file (gzip for a name
 ending in .gz); `read_xyz` returns every frame as a `Structure` (a gzip file
 is unpacked, up to the limit `xyz_bytes` of text); only orthorhombic lattices are accepted
@@ -42,7 +46,7 @@ from wse_core.host.limits import lift, limit
 from wse_hpc.md.elements import ase_mass_amu
 from wse_hpc.md.lattice import Structure
 from wse_hpc.md.xyz_text import XyzError, read_lines
-from wse_hpc.md.xyz_write import ASE_FS, frame_bytes, write_xyz
+from wse_hpc.md.xyz_write import ASE_FS, IMAGES, frame_bytes, write_xyz
 
 __all__ = [
     "write_xyz",
@@ -57,6 +61,7 @@ __all__ = [
 # the comment-line keys of a Nosé–Hoover run's bath: xi (1/ps), eta (`state.Bath`)
 NOSE_HOOVER_KEYS = ("nose_hoover_xi", "nose_hoover_eta")
 QUOTE_CHARS = 80  # characters of a file's text quoted in an error line
+MAX_IMAGE = 2.0**31 - 1  # an image flag's bound: an int32, as LAMMPS's ix iy iz dump columns
 
 
 class XyzFrame(NamedTuple):
@@ -168,7 +173,7 @@ def _columns(props: str, where: str) -> list[tuple[str, int, int]]:
 
 
 _WIDTHS = {"pos": 3, "velocities": 3, "vel": 3, "momenta": 3, "masses": 1, "forces": 3,
-           "energies": 1}  # fmt: skip
+           "energies": 1, IMAGES: 3}  # fmt: skip
 # The velocity columns read and their unit in A/ps (module docstring); momenta: ASE's
 _VELOCITY_A_PS = {"velocities": 1.0, "vel": 1000.0}
 
@@ -327,8 +332,23 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> XyzFrame:
         None if energies is None else energies[:, 0].copy(),
         None if masses is None else masses[:, 0].copy(),
         _bath_info(info, where),
+        _images(found.get(IMAGES), name, i + 3),
     )
     return XyzFrame(structure, origin)
+
+
+def _images(flags: np.ndarray | None, name: str, first_line: int) -> np.ndarray | None:
+    """The image flags (n, 3) int64 of a map_shift column: whole numbers within MAX_IMAGE."""
+    if flags is None:
+        return None
+    bad = np.nonzero((flags != np.rint(flags)) | (np.abs(flags) > MAX_IMAGE))[0]
+    if bad.size:
+        j = int(bad[0])
+        raise XyzError(
+            f"{name} line {first_line + j}: {IMAGES} {flags[j].tolist()} must be 3 whole numbers "
+            f"within +-{MAX_IMAGE:g} (the boxes an atom crossed, LAMMPS's ix iy iz)"
+        )
+    return flags.astype(np.int64)
 
 
 def _bath_info(info: dict[str, str], where: str) -> dict[str, float | tuple[float, ...]]:

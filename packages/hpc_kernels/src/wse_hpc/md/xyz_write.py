@@ -16,7 +16,10 @@ ASE's standard ones), so `ase.io.read(f).get_velocities()` is the velocities / (
 A structure whose symbols are no elements and that has no masses keeps `velocities:R:3`
 (A/ps), which `xyz.read_xyz` reads as before. A structure's `info` (the Nosé–Hoover bath)
 goes on its comment line, each value as `repr` prints it (read back to the bit); a chain's
-values (a sequence) quoted together, `nose_hoover_xi="x0 x1 x2"`.
+values (a sequence) quoted together, `nose_hoover_xi="x0 x1 x2"`. A structure's image flags
+(`Structure.images`, LAMMPS's ix iy iz) are the column `map_shift:I:3`, last: the unwrapped
+position is pos + map_shift x the box side (OVITO's Periodic Image; hunt 76: frames held
+wrapped positions alone, and no displacement could be computed from them).
 """
 
 from __future__ import annotations
@@ -33,7 +36,11 @@ import numpy as np
 from wse_hpc.md.elements import ase_mass_amu
 from wse_hpc.md.lattice import Structure
 
-__all__ = ["write_xyz", "frame_bytes", "VALUE_CHARS", "ASE_FS"]
+__all__ = ["write_xyz", "frame_bytes", "VALUE_CHARS", "ASE_FS", "IMAGES"]
+
+# the image flags' column: OVITO reads and writes its Periodic Image property under this name
+# in extended XYZ (as libAtoms/QUIP name it); ASE keeps it as the array `map_shift`
+IMAGES = "map_shift"
 
 # ASE's unit of time is A sqrt(amu / eV); ase.units.fs = 1e-15 s in it, from CODATA 2014
 # (ase.units' default): a velocity of 1 A per ASE time unit is 1000 * ASE_FS A/ps
@@ -67,6 +74,8 @@ def _columns(s: Structure) -> list[tuple[str, np.ndarray]]:
         cols.append(("forces:R:3", np.asarray(s.forces_eV_A).reshape(-1, 3)))
     if s.energies_eV is not None:
         cols.append(("energies:R:1", np.asarray(s.energies_eV).reshape(-1, 1)))
+    if s.images is not None:
+        cols.append((f"{IMAGES}:I:3", np.asarray(s.images, dtype=np.int64).reshape(-1, 3)))
     return cols
 
 
@@ -161,10 +170,14 @@ def _write_all(fd: int, data: bytes) -> None:
 VALUE_CHARS = 17
 # Lattice, Properties, energy, the bath (2 x ~40), step and pbc: ~300 measured
 COMMENT_CHARS = 400
+IMAGE_CHARS = 8  # an image flag and its separator: within +-999,999 boxes
 
 
-def frame_bytes(num_atoms: int, *, symbol_chars: int = 2, values_per_atom: int = 11) -> int:
+def frame_bytes(
+    num_atoms: int, *, symbol_chars: int = 2, values_per_atom: int = 11, images: bool = False
+) -> int:
     """An upper estimate of one frame's size as `write_xyz` writes it, uncompressed (bytes):
-    positions, momenta, masses, forces and energies are 11 values an atom."""
-    line = symbol_chars + values_per_atom * VALUE_CHARS
+    positions, momenta, masses, forces and energies are 11 values an atom; `images`: and
+    the 3 image flags a run's frames carry."""
+    line = symbol_chars + values_per_atom * VALUE_CHARS + (3 * IMAGE_CHARS if images else 0)
     return len(str(num_atoms)) + 1 + COMMENT_CHARS + num_atoms * line

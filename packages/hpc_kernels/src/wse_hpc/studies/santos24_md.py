@@ -20,6 +20,13 @@ The 696 x 1152 grid exceeds WSE-2's 757 x 996 PEs: those rows keep the grid and 
 WSE-2's per-PE costs (param `fits`: False, and an assumption says so). Potentials: the repo's
 Zhou et al. 2004 tables (`zhou04`, 1000 knots), cutoffs Cu 5.72, W 6.13, Ta 6.40 A.
 REFERENCES lists only the inputs, so `published` stays empty.
+Each of the 11 crystals (element, geometry, skin) is built and its pairs found once, planned
+on each PE grid its wafers give it (the slab's is the same on both) with its N_h, and kept
+on disk (`plan_cache`, kind CRYSTAL_KIND: keyed by `_crystal_key` and the code, written
+aside and renamed): a cold set of predictions spends a few minutes on the host (5-30 s a
+crystal on 2 cores; the counts over its 40 M pairs are numba loops), a warm one loads them
+(hunt 76: `--quick` ran past 600 s, planning each cube twice and every crystal again in
+every run, printing nothing). On a terminal each crystal planned prints a line on stderr.
 
 Measurements: the emulator's rate on this machine, the NVE drift and the prediction for the
 emulated plan with its measured rebuild cadence, for a 256-atom cube (the emulator's own
@@ -28,15 +35,21 @@ map) and for a Cu slab laid as the published rows are (tile map, 2 x 2 tiles, no
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from wse_core import ExperimentResult, PredictionRow
 from wse_core.cost.assumptions import assumed_spec
+from wse_core.hw.wafer import Wafer
 
-from wse_hpc.md import samples
+from wse_hpc.md import plan_cache, samples
 from wse_hpc.md.config import MdConfig
+from wse_hpc.md.eam import EamPlan
 from wse_hpc.md.pe_program import ballistic_every
 from wse_hpc.md.perf import Lists, pe_trace, predict
 from wse_hpc.md.simulate import run_md
@@ -62,29 +75,121 @@ SWEEP_SKIN_A = (0.5, 1.5)  # with SKIN_A
 SWEEP_EVERY = (10.0, 100.0)  # steps per rebuild, beside the ballistic cadence
 WAFERS = ("wse2", "wse3")
 SOURCE = "model (Santos et al. arXiv:2405.07898: REFERENCES lists the inputs only)"
-_PLANS: dict[tuple, samples.Planned] = {}  # plans by case: a --sweep reprices, never replans
-_HITS: dict[tuple, int] = {}  # N_h by (element, geometry): the busiest PE's neighbours
+CRYSTAL_KIND = "santos24-md crystal"  # its `plan_cache` entries
 
 
-def _planned(element: str, geometry: str, wafer: str, skin_A: float, pot) -> samples.Planned:
+class _Crystal(NamedTuple):
+    """What the predictions need of one 801,792-atom crystal: its plans by PE grid (rows,
+    cols) and N_h, the busiest PE's neighbours within the cutoff (`samples.max_hits`)."""
+
+    plans: dict[tuple[int, int], EamPlan]
+    hits: int
+
+
+_CRYSTALS: dict[tuple, _Crystal] = {}  # by `_crystal_key`: each crystal planned once
+_PLANS: dict[tuple, tuple[samples.Planned, int]] = {}  # by case: a --sweep never replans
+
+
+def _layout(geometry: str, wafer: str) -> tuple[Wafer, bool]:
+    """The wafer a crystal of `geometry` is planned on for `wafer`, and whether it fits."""
+    return samples.layout(None if geometry == "cube" else samples.GRID, assumed_spec(wafer))
+
+
+def _config(skin_A: float) -> MdConfig:
+    return MdConfig(skin_A=skin_A, spec=assumed_spec("wse3"))
+
+
+def _crystal_key(element: str, geometry: str, skin_A: float, pot) -> tuple:
+    """Everything a crystal's plans depend on besides the code (`plan_cache` adds its hash,
+    so the module constants of `samples` and `neighbour_plan` count too): the crystal, its
+    grids on the wafers, what `plan_window` reads of the config, the potential."""
+    grids = tuple(sorted({(w.rows, w.cols) for w, _ in (_layout(geometry, x) for x in WAFERS)}))
+    cfg = _config(skin_A)
+    plan_reads = (cfg.skin_A, str(np.dtype(cfg.dtype)), cfg.rebuild_every)
+    tables = hashlib.sha256()  # the tables by digest: the key is hashable, a memory key too
+    for t in (pot.frho, pot.rhor, pot.z2r):
+        tables.update(repr((t.shape, str(t.dtype))).encode() + np.ascontiguousarray(t).tobytes())
+    potential = (pot.cutoff_A, pot.lattice_A, tables.hexdigest())
+    return (element, geometry, skin_A, grids, plan_reads, potential)
+
+
+def _planned_crystal(element: str, geometry: str, skin_A: float, pot) -> _Crystal:
+    """The crystal built and its pairs found once, planned on each grid its wafers have
+    (the slab: one for both), and its N_h."""
+    if geometry == "cube":
+        sample = samples.cube(element, pot, skin_A=skin_A)
+    else:
+        sample = samples.slab(element, pot, int(geometry.split()[1]), skin_A=skin_A)
+    plans = {}
+    for w, _ in (_layout(geometry, wafer) for wafer in WAFERS):
+        if (w.rows, w.cols) not in plans:
+            plans[(w.rows, w.cols)] = samples.window(sample, w, pot, _config(skin_A))
+    return _Crystal(plans, samples.max_hits(sample, pot.cutoff_A))
+
+
+def _crystal(element: str, geometry: str, skin_A: float, pot) -> _Crystal:
+    """`_planned_crystal`, from this process's memory or from disk (`plan_cache`: written
+    aside and renamed, read back as written)."""
+    key = _crystal_key(element, geometry, skin_A, pot)
+    if key not in _CRYSTALS:
+        make = functools.partial(_planned_crystal, element, geometry, skin_A, pot)
+        _CRYSTALS[key] = plan_cache.cached(CRYSTAL_KIND, key, make)
+    return _CRYSTALS[key]
+
+
+def _planned(element: str, geometry: str, wafer: str, skin_A: float, pot):
+    """(wafer, plan, fits) of a case and the crystal's N_h."""
     key = (element, geometry, wafer, skin_A)
     if key not in _PLANS:
-        cfg = MdConfig(skin_A=skin_A, spec=assumed_spec("wse3"))
-        if geometry == "cube":
-            sample = samples.cube(element, pot, skin_A=skin_A)
-        else:
-            sample = samples.slab(element, pot, int(geometry.split()[1]), skin_A=skin_A)
-        for w in WAFERS if geometry != "cube" else (wafer,):  # one grid: one plan for both
-            _PLANS[(element, geometry, w, skin_A)] = samples.plan(sample, assumed_spec(w), pot, cfg)
-        _HITS.setdefault((element, geometry), samples.max_hits(sample, pot.cutoff_A))
-        del sample  # its pairs are large
+        w, fits = _layout(geometry, wafer)
+        crystal = _crystal(element, geometry, skin_A, pot)
+        _PLANS[key] = samples.Planned(w, crystal.plans[(w.rows, w.cols)], fits), crystal.hits
     return _PLANS[key]
+
+
+def _say(line: str) -> None:
+    """A progress line on stderr when it is a terminal (under the CLI's spinner too, which
+    prints it above itself); nothing in a log or a test."""
+    try:
+        shown = sys.stderr is not None and sys.stderr.isatty()
+    except (OSError, ValueError):  # closed by the program
+        shown = False
+    if shown:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _plan_crystals(crystals: list[tuple[str, str, float]], pots: dict) -> None:
+    """Each crystal planned or loaded once, with a line for each one planned (a cold run
+    plans 11, 5-30 s each on a 2-core host, by its load)."""
+    todo = [
+        c for c in crystals
+        if (key := _crystal_key(*c, pots[c[0]])) not in _CRYSTALS
+        and not _stored(key)
+    ]  # fmt: skip
+    if todo:
+        kept = "; kept on disk" if plan_cache.plan_path(CRYSTAL_KIND, ()) else ""
+        _say(  # within 80 columns: a terminal's, where the CLI's spinner runs below it
+            f"santos24-md: planning {len(todo)} crystals of {samples.ATOMS:,} atoms, 5-30 s "
+            f"each{kept}"
+        )
+    for i, (element, geometry, skin) in enumerate(todo, 1):
+        t0 = time.perf_counter()
+        _crystal(element, geometry, skin, pots[element])
+        _say(
+            f"santos24-md: crystal {i}/{len(todo)} ({element}, {geometry}, skin {skin:g} A) "
+            f"planned in {time.perf_counter() - t0:.0f} s"
+        )
+
+
+def _stored(key: tuple) -> bool:
+    path = plan_cache.plan_path(CRYSTAL_KIND, key)
+    return path is not None and path.exists()
 
 
 def _row(element: str, wafer: str, case: dict, pot) -> PredictionRow:
     """One prediction: `case` holds plan, geometry, skin_A and optionally every / sweep."""
     skin = case["skin_A"]
-    p = _planned(element, case["geometry"], wafer, skin, pot)
+    p, hits = _planned(element, case["geometry"], wafer, skin, pot)
     every = case.get("every") or ballistic_every(
         skin, TEMPERATURE_K, pot.masses_amu[0], samples.ATOMS, DT_FS
     )
@@ -92,7 +197,6 @@ def _row(element: str, wafer: str, case: dict, pot) -> PredictionRow:
         "md.grid": f"801,792 atoms exceed {wafer}'s PEs: a {p.wafer.rows} x {p.wafer.cols} "
         f"grid priced with {wafer}'s per-PE costs"
     }  # fmt: skip
-    hits = _HITS[(element, case["geometry"])]
     rep = predict(
         assumed_spec(wafer), p.wafer, pot, p.plan, lists=Lists(every, hits), assumptions=note
     )
@@ -140,7 +244,9 @@ def _cases() -> list[tuple[str, str, dict]]:
 def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
     """Every prediction row (the crystals are fixed: `seed` is unused)."""
     pots = {e: zhou04([e], knots=1000) for e in samples.KINDS}
-    return [_row(element, wafer, case, pots[element]) for element, wafer, case in _cases()]
+    cases = _cases()
+    _plan_crystals(list(dict.fromkeys((e, c["geometry"], c["skin_A"]) for e, _, c in cases)), pots)
+    return [_row(element, wafer, case, pots[element]) for element, wafer, case in cases]
 
 
 def _emulated(s, pot, cfg: MdConfig, label: str) -> tuple[dict, object, object]:
