@@ -102,10 +102,11 @@ def test_bicgstab_allreduce_counted_by_hand_grows_with_the_grid():
     cyc = lambda p: model.evaluate(p).leaf("allreduce_1").cost.cycles
     # 8 x 8, one word. Each half row (4 PEs) by the best of Luczynski et al.'s line
     # reduces: star C = 3 words, L = 3 hops, D = 1 relay: 3 + 3 + 5 = 11 cycles (chain
-    # 1 + 3 + 15, tree 2 + 3 + 10, two-phase 2 + 3 + 10); one more word and relay to join
-    # the halves; the same along the centre column; a flood back over 4 + 4 hops, 1 relay.
-    c, hops, relays = 2 * (3 + 1) + 1, 2 * 3 + 8, 2 * (1 + 1) + 1
-    assert cyc(small) == c + hops + 5 * relays == 48
+    # 1 + 3 + 15, tree 2 + 3 + 10, two-phase 2 + 3 + 10); one more word, hop (the far half
+    # ends next to the centre PE 3: PE 7 -> 3 is 4 hops) and relay to join the halves; the
+    # same along the centre column; a flood back over 4 + 4 hops, 1 relay.
+    c, hops, relays = 2 * (3 + 1) + 1, 2 * 4 + 8, 2 * (1 + 1) + 1
+    assert cyc(small) == c + hops + 5 * relays == 50
     assert cyc(large) > 3 * cyc(small)  # 64 x 32: the diameter grows 94 / 14 times
     assert model.seconds(large) > model.seconds(small)
     ops = small.total_work().ops_by_kind()

@@ -42,8 +42,9 @@ def test_decode_cost_counted_by_hand():
     # issue and one task; SRAM (64 B read at 16 B/cycle, 32 B written at 8) is faster.
     assert cycles("axpy") == pytest.approx(2 * 2 + 2 * d + t)
     # reduce: 8 outputs (4 words) to the middle of a row of 4: each half (2 PEs) in one
-    # stage (4 words, 1 hop, 1 relay), then 4 more words and a relay to join the halves.
-    assert cycles("reduce") == pytest.approx(8 + 1 + 2 * relay)
+    # stage (4 words, 1 hop, 1 relay), then 4 more words, a hop and a relay to join the
+    # halves (PE 3 -> 2 -> 1: 2 hops).
+    assert cycles("reduce") == pytest.approx(8 + 2 + 2 * relay)
     # move: the 4 words leave the middle PE (ramp), 2 hops along the row + 1 up, 1 relay.
     assert cycles("move") == pytest.approx(4 + 3 + relay)
     # The residual (d = 8 on the top row: 2 values, 1 word per column) down the region's 2

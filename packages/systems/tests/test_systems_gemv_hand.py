@@ -46,12 +46,12 @@ def test_gemv_on_a_compact_region_by_hand():
     assert got["axpy"] == pytest.approx(4 * 1 + 4 * d + t)
     # reduce: 4 partial outputs (2 words) to the middle of a row of 4: each half (2 PEs) by
     # a star (2 words, 1 hop, 1 relay; chain and tree tie, two-phase is slower), then 2 more
-    # words and a relay to join the halves: 4 words, 1 hop, 2 relays
-    assert got["reduce"] == pytest.approx(4 + 1 + 2 * RELAY)
+    # words, a hop and a relay to join the halves (PE 3 -> 2 -> 1): 4 words, 2 hops, 2 relays
+    assert got["reduce"] == pytest.approx(4 + 2 + 2 * RELAY)
     # move: the middle PE's 4 outputs (2 words on its ramp; 1 word each way along the row,
     # 16 / 4 = 4 values = 2 words up each column), 2 hops along + 3 up, 1 relay
     assert got["move"] == pytest.approx(2 + (2 + 3) + RELAY)
-    assert sum(got.values()) == pytest.approx(41 + 4 * d + t)
+    assert sum(got.values()) == pytest.approx(42 + 4 * d + t)
 
 
 def test_gemv_on_a_band_by_hand():
@@ -66,11 +66,11 @@ def test_gemv_on_a_band_by_hand():
     # reduce: 8 partials (4 words) to the middle of a row of 8; each half (4 PEs):
     # star 4 x 3 = 12 words + 3 hops + 1 relay = 20; chain 4 + 3 + 3 relays = 22;
     # tree 8 + 3 + 2 relays = 21; two-phase 8 + 3 + 2 relays = 21: the star; then 4 words
-    # and a relay to join: 16 words, 3 hops, 2 relays
-    assert got["reduce"] == pytest.approx(16 + 3 + 2 * RELAY)
+    # a hop and a relay to join (PE 7 -> 3): 16 words, 4 hops, 2 relays
+    assert got["reduce"] == pytest.approx(16 + 4 + 2 * RELAY)
     # move: 8 outputs (4 words) on the middle PE's ramp, 4 hops along + 1 up, 1 relay
     assert got["move"] == pytest.approx(4 + (4 + 1) + RELAY)
-    assert sum(got.values()) == pytest.approx(54 + 2 * d + t)
+    assert sum(got.values()) == pytest.approx(55 + 2 * d + t)
 
 
 def test_attention_on_a_small_region_by_hand():
@@ -92,14 +92,14 @@ def test_attention_on_a_small_region_by_hand():
     # (4 of length 4, one element per cycle: 16 + 4 d): the dots, plus one task
     assert got["scores"] == pytest.approx(16 + 4 * d + rates.task_activation_cycles)
     # scores_sum: 4 scores (2 words) summed over the 2 columns of a KV head and back:
-    # 2 words to join (1 relay), 2 back (1 hop, 1 relay)
-    assert got["scores_sum"] == pytest.approx(4 + 1 + 2 * RELAY)
+    # 2 words to join (1 hop, 1 relay), 2 back (1 hop, 1 relay)
+    assert got["scores_sum"] == pytest.approx(4 + 2 + 2 * RELAY)
     # softmax: 4 scores: 6 FMACs (4 wide: 1 cycle each), max (1 wide: 4), sub, add (1 each)
     assert got["softmax"] == pytest.approx(6 + 4 + 1 + 1 + 9 * d)
     # softmax_sums: a max and a sum per head (fp32: 4 words) down a column of 4 to its
-    # middle, then back: half (2 PEs) 4 words, 1 hop, 1 relay; join 4 words, 1 relay;
-    # back 4 words, 2 hops, 1 relay
-    assert got["softmax_sums"] == pytest.approx(12 + 3 + 3 * RELAY)
+    # middle (PE 1), then back: half (2 PEs) 4 words, 1 hop, 1 relay; join 4 words, 1 hop
+    # (PE 3 -> 2 -> 1), 1 relay; back 4 words, 2 hops, 1 relay
+    assert got["softmax_sums"] == pytest.approx(12 + 4 + 3 * RELAY)
     # values: 2 heads x 4 dims over 2 tokens: AXPYs (4 of length 4: 4 + 4 d) or dots
     # (8 of length 2: 16 + 8 d): the AXPYs
     assert got["values"] == pytest.approx(4 + 4 * d)

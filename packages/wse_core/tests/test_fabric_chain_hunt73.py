@@ -56,13 +56,14 @@ def _slowest(lines, span):
 
 
 def _to_centre(lines, n):
-    """(n - 1) / 2 links plus the most detour hops on a line's half, from either end to PE
-    ceil(n / 2) - 1."""
+    """n // 2 links (the farthest PE's walk to PE (n - 1) // 2; hunt 76: (n - 1) / 2, half a
+    link short on an even line) plus the most detour hops on a line's half, from either end
+    to PE ceil(n / 2) - 1."""
     c = (n - 1) // 2
     extra = 0
     for line in lines:
         extra = max(extra, sum(line[:c]) - c, sum(line[c:]) - (n - 1 - c))
-    return (n - 1) / 2 + extra
+    return n // 2 + extra
 
 
 def _latency(w, fn):
@@ -123,8 +124,8 @@ def test_without_dead_pes_each_chain_is_its_length():
     assert _latency(w, lambda v, a: fabric.multicast(v, a, "N", 6)) == 6
     assert _latency(w, lambda v, a: fabric.broadcast(v, a, "row", 9)) == 9
     assert _latency(w, lambda v, a: fabric.broadcast(v, a, "col", 3)) == 6
-    assert _latency(w, lambda v, a: fabric.allreduce(v, a, axis="row")) == 9  # 2 x 9 / 2
-    assert _latency(w, lambda v, a: fabric.reduce(v, a)) == (9 + 6) / 2
+    assert _latency(w, lambda v, a: fabric.allreduce(v, a, axis="row")) == 10  # 2 x 10 // 2
+    assert _latency(w, lambda v, a: fabric.reduce(v, a)) == 10 // 2 + 7 // 2
     assert ledger.chain_hops(w, 1, 4) == 4 and ledger.chain_hops(w, 0, 0) == 0
 
 
@@ -149,7 +150,7 @@ def test_one_detour_adds_its_extra_hops_once():
     assert _latency(w, lambda v, a: fabric.multicast(v, a, "S", 2)) == 2 + 2  # both bends
     # row 3's detour is on the west half of its row (link 3-4; centre PE 5); the centre
     # column (5) bends on links 2-3 and 3-4, both north of its centre PE 4: 2 extra there
-    assert _latency(w, lambda v, a: fabric.allreduce(v, a)) == 2 * (11 / 2 + 1 + 8 / 2 + 2)
+    assert _latency(w, lambda v, a: fabric.allreduce(v, a)) == 2 * (12 // 2 + 1 + 9 // 2 + 2)
 
 
 def test_the_full_wafer_broadcast_is_its_slowest_row():

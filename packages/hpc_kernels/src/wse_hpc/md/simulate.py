@@ -326,7 +326,7 @@ def _check_lists(runner: Runner, start: MdState, new: MdState, skin_A: float):
     position while its lists were in use (one fabric max reduction, `drift_fn`)."""
     moved_A = float(runner.drift(new.nbrs)) ** 0.5
     every = int(new.nbrs.every)
-    if moved_A > 0.5 * skin_A:  # every = 1 rebuilds each step: it never gets here
+    if not moved_A <= 0.5 * skin_A:  # NaN too (hunt 76); every = 1 rebuilds each step
         shorter = jnp.int32(max(1, every // 2))
         return None, start._replace(nbrs=start.nbrs._replace(every=shorter))
     if moved_A < 0.25 * skin_A:

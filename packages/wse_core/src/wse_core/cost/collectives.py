@@ -27,6 +27,12 @@ allreduce reduces along rows to the centre column, then along it to the centre P
 half-line toward the centre at once, and one relay to join the halves), then floods the
 result back from the centre: for a scalar this is about the wafer's diameter plus the
 relays, the shape of Rocki et al.'s "about 10% greater than the diameter".
+
+The centre of a line of p PEs is PE (p - 1) // 2, and the longest chain into it, or out of
+it, is p // 2 links (`centre_hops`, from the far end): 1 for 2 PEs, 2 for 4 (PE 3 -> 2 -> 1),
+2 for 5. Reduce and flood both walk it, here and in the traffic the fabric records
+(`wse_core.fabric.ledger.record_reduce` takes its hops and relays from `reduce_2d` and
+`flood_2d`). Hunt 76: the join of an even line's halves was priced at 0 hops, one short.
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ __all__ = [
     "reduce_line",
     "broadcast_line",
     "allreduce_2d",
+    "reduce_2d",
+    "flood_2d",
+    "centre_hops",
     "reduce_to_centre",
     "allreduce_detour_hops",
     "extra_link_hops",
@@ -98,28 +107,49 @@ def broadcast_line(p: int, words: float) -> Work:
     return Work(links={"ramp": float(words)}, latency_hops=float(p - 1), relay_stages=1.0)
 
 
+def centre_hops(p: int) -> int:
+    """Links of the longest chain between a line of `p` PEs and its centre PE, (p - 1) // 2:
+    from the far end, p // 2 (0 for one PE)."""
+    return max(0, p // 2)
+
+
 def reduce_to_centre(spec: WaferSpec, p: int, words: float, algorithm: str = "best") -> Work:
-    """A reduce over a line of `p` PEs into its middle PE: both halves at once, then one
-    relay to join them."""
+    """A reduce over a line of `p` PEs into its centre PE, (p - 1) // 2: both halves of
+    ceil(p / 2) PEs at once, each to its end next to the centre, then one relay to join
+    them. With p odd the halves share the centre PE; with p even the far half ends one link
+    past it, so the join adds that hop: `centre_hops(p)` in all."""
     if p <= 1 or words <= 0:
         return Work()
-    half = reduce_line(spec, math.ceil(p / 2), words, algorithm)
-    return half + Work(links={"ramp": float(words)}, relay_stages=1.0)
+    half_pes = math.ceil(p / 2)
+    half = reduce_line(spec, half_pes, words, algorithm)
+    join = float(centre_hops(p) - (half_pes - 1))  # 1 for p even, 0 for p odd
+    return half + Work(links={"ramp": float(words)}, latency_hops=join, relay_stages=1.0)
+
+
+def reduce_2d(spec: WaferSpec, rows: int, cols: int, words: float, algorithm: str = "best") -> Work:
+    """A reduce of `words` per PE over a `rows x cols` rectangle into its centre PE: every
+    row to the centre column, then that column to the centre."""
+    along_rows = reduce_to_centre(spec, cols, words, algorithm)
+    return along_rows + reduce_to_centre(spec, rows, words, algorithm)
+
+
+def flood_2d(rows: int, cols: int, words: float) -> Work:
+    """The centre PE's value flooded to every PE of a `rows x cols` rectangle (down the
+    centre column, then along each row: the routers multicast, one relay; none on one PE)."""
+    return Work(
+        links={"ramp": float(words)},
+        latency_hops=float(centre_hops(rows) + centre_hops(cols)),
+        relay_stages=1.0 if rows * cols > 1 else 0.0,
+    )
 
 
 def allreduce_2d(
     spec: WaferSpec, rows: int, cols: int, words: float, algorithm: str = "best"
 ) -> Work:
     """Allreduce of `words` per PE over a `rows x cols` rectangle: rows to the centre column,
-    the centre column to the centre PE, then a flood back to every PE from the centre."""
-    along_rows = reduce_to_centre(spec, cols, words, algorithm)
-    along_col = reduce_to_centre(spec, rows, words, algorithm)
-    back = Work(
-        links={"ramp": float(words)},
-        latency_hops=float(math.ceil((rows - 1) / 2) + math.ceil((cols - 1) / 2)),
-        relay_stages=1.0 if rows * cols > 1 else 0.0,
-    )
-    return along_rows + along_col + back
+    the centre column to the centre PE (`reduce_2d`), then a flood back to every PE from the
+    centre (`flood_2d`)."""
+    return reduce_2d(spec, rows, cols, words, algorithm) + flood_2d(rows, cols, words)
 
 
 def _halves(line: np.ndarray, centre: int) -> tuple[np.ndarray, np.ndarray]:

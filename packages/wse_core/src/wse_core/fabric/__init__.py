@@ -191,16 +191,6 @@ def _doubling(width: int) -> list[int]:
     return out
 
 
-def _top(dtype, sign: int = 1) -> jax.Array:
-    """The identity of a max (sign -1) or min (+1) over `dtype`: -+inf, or the integer's
-    (bool's) least or greatest value (hunt 74: an int field raised OverflowError on inf)."""
-    if jnp.issubdtype(dtype, jnp.floating):
-        return jnp.asarray(sign * jnp.inf, dtype)
-    info = jnp.iinfo(dtype) if dtype != jnp.bool_ else None
-    top = (sign > 0) if info is None else (info.max if sign > 0 else info.min)
-    return jnp.asarray(top, dtype)
-
-
 def sliding_extreme(
     wafer: Wafer,
     x: jax.Array,
@@ -241,7 +231,9 @@ def sliding_extreme(
     near, far = sorted((up * start, up * (start + width - 1)))
     before, after = max(0, -near), max(0, far)
     block = wafer.block_shape[axis]
-    combine, init = (lax.min, _top(x.dtype)) if op == "min" else (lax.max, _top(x.dtype, -1))
+    combine, init = (
+        (lax.min, blk.extreme(x.dtype, 1)) if op == "min" else (lax.max, blk.extreme(x.dtype, -1))
+    )
 
     def on_block(b):
         region = blk.extend(b, wafer, axis, before, after, "periodic")

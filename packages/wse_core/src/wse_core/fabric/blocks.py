@@ -48,6 +48,7 @@ __all__ = [
     "check_count",
     "check_reach",
     "rotation",
+    "extreme",
     "block_fn",
 ]
 
@@ -188,6 +189,21 @@ def extend(x, wafer: Wafer, axis: int, before: int, after: int, boundary: Bounda
             part = jnp.where(valid, part, jnp.zeros_like(part))
         out.append(part)
     return jnp.concatenate(out, axis=axis) if len(out) > 1 else out[0]
+
+
+def extreme(dtype, sign: int) -> jax.Array:
+    """The identity of a max (sign -1) or min (+1) over `dtype`, what padding and a window's
+    start read as: -+inf, the least or greatest finite value of a float without infinities
+    (fp8's float8_e4m3fn: there inf is NaN, which every max and min then gave; hunt 76), or
+    the integer's (bool's) least or greatest value (hunt 74: an int field raised
+    OverflowError on inf)."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        fi = jnp.finfo(dtype)
+        inf = np.isinf(np.asarray(np.inf).astype(dtype))
+        return jnp.asarray(sign * np.inf if inf else (fi.max if sign > 0 else fi.min), dtype)
+    info = jnp.iinfo(dtype) if dtype != jnp.bool_ else None
+    top = (sign > 0) if info is None else (info.max if sign > 0 else info.min)
+    return jnp.asarray(top, dtype)
 
 
 def logical_mask(wafer: Wafer, ndim: int) -> jax.Array:

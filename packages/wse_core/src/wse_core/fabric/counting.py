@@ -20,6 +20,9 @@ and `_hunt75.py`):
   traced program and never re-enters the fabric's Python, so the ledger cannot see it; on
   the wafer it moves about as much again (a shift's transpose is the opposite shift, a
   sum's allreduce is its own), so a gradient step is about twice the count.
+- `count` inside a counted function: the inner count's traffic is its own, never added to
+  the outer's (its ledger scope is `own`; hunt 76: a function that moved nothing counted
+  the 256 words of the count it ran).
 
 How. JAX traces a branch or a loop body into a jaxpr cached on the Python function (its
 `trace_to_jaxpr`), before `vmap` batches it: a second count found the cache and recorded
@@ -67,7 +70,7 @@ def count(wafer: Wafer, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Tr
     def fresh(*a: Any) -> Any:  # eval_shape caches traces by function object
         return fn(*a, **kwargs)
 
-    with wafer.traffic.scope() as entries, jax.disable_jit(), _control_in_python():
+    with wafer.traffic.scope(own=True) as entries, jax.disable_jit(), _control_in_python():
         jax.eval_shape(fresh, *args)
     total = Traffic()
     for e in entries:

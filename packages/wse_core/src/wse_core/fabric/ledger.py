@@ -34,6 +34,7 @@ from collections.abc import Mapping
 import jax
 import numpy as np
 
+from wse_core.cost import collectives
 from wse_core.hw.traffic import Traffic
 from wse_core.hw.wafer import Wafer
 
@@ -170,17 +171,16 @@ def chain_hops(wafer: Wafer, axis: int, span: int) -> float:
     return float(span + kept[key])
 
 
-def _centre_chain(wafer: Wafer, axis: int, line: int | None = None) -> float:
-    """Hops of a reduction toward the centre PE of each line along `axis` (of line `line`
-    only): (n - 1) / 2 links, the mean of the two halves' lengths, plus the most detour hops
-    of a line's half (the links from one end to PE ceil(n / 2) - 1)."""
+def _centre_detour(wafer: Wafer, axis: int, line: int | None = None) -> int:
+    """Detour hops on the way into the centre PE, (n - 1) // 2, of each line along `axis` (of
+    line `line` only): the most of any line's half (the links from either end to it)."""
     n = (wafer.rows, wafer.cols)[axis]
     run = _detour_runs(wafer, axis)
     if run is None:
-        return (n - 1) / 2
+        return 0
     lines = run if line is None else run[line : line + 1]
     c = (n - 1) // 2
-    return (n - 1) / 2 + int(np.maximum(lines[:, c], lines[:, -1] - lines[:, c]).max())
+    return int(np.maximum(lines[:, c], lines[:, -1] - lines[:, c]).max())
 
 
 def record_multicast(wafer: Wafer, direction: str, w: float, k: int) -> None:
@@ -206,20 +206,33 @@ def record_shift(wafer: Wafer, direction: str, w: float, distance: int) -> None:
 def record_reduce(wafer: Wafer, x, axes: tuple[int, ...], op: str, both: bool, dtype) -> None:
     """A reduction of x's per-PE values over the grid `axes` (`both`: and back to every PE),
     carried as `dtype`, the result's (a sum of int8 or bool is int32, as `jnp.sum` gives it:
-    the words that result needs; hunt 74 priced the input's width)."""
+    the words that result needs; hunt 74 priced the input's width).
+
+    Its chain is the collectives' (`wse_core.cost.collectives.reduce_2d`, `flood_2d`: over
+    the whole grid each row to its centre column, then that column to its centre, p // 2
+    links a line of p; an allreduce floods the result back as far), with their relays, plus
+    the detours on the slowest line's half, paid again on the way back. Hunt 76: the chain
+    was (p - 1) / 2 links a line, half a link short on an even one, with no relay."""
     w = words_per_pe(x, dtype)
     n = wafer.num_pes
-    # A chain reduction toward the centre of each reduced axis: half the axis in latency,
-    # over the whole grid each row to its centre column, then that column to its centre.
-    centre_col = (wafer.cols - 1) // 2 if 1 in axes else None
-    lat = sum(_centre_chain(wafer, a, centre_col if a == 0 else None) for a in axes)
+    rows, cols = (wafer.rows if 0 in axes else 1), (wafer.cols if 1 in axes else 1)
+    chain = collectives.reduce_2d(wafer.spec, rows, cols, w)
     mult = 2 if both else 1  # allreduce = reduce + broadcast back
+    if both:
+        chain = chain + collectives.flood_2d(rows, cols, w)
+    lat, relays = chain.latency_hops, chain.relay_stages
+    if w <= 0:  # no words: nothing moves, no chain
+        lat = relays = 0.0
+    else:  # the detours, on the way in and again on the way back
+        centre_col = (wafer.cols - 1) // 2 if 1 in axes else None
+        lat += mult * sum(_centre_detour(wafer, a, centre_col if a == 0 else None) for a in axes)
     # Toward the centre of each axis from both ends, and back out: w per link each way.
     links: dict[str, float] = {}
     for a in axes:
         for d in ("N", "S") if a == 0 else ("E", "W"):
             links[d] = links.get(d, 0.0) + w * mult
-    record(wafer, op, n * w * mult, n * w * mult, 2 * w * mult, lat * mult, links)
+    entry = Traffic(op, n * w * mult, n * w * mult, 2 * w * mult, lat, 1, links, relays)
+    wafer.traffic.record(entry)
 
 
 # -- periodic axes on the mesh (module docstring) --------------------------------------------

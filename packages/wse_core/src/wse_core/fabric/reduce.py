@@ -20,6 +20,11 @@ A float "max" across devices is differentiable (`_max_across`): `lax.pmax` has n
 forward value is still pmax's and the tangent is `jnp.max`'s rule over the whole group (the
 mean of the tangents at the PEs holding the maximum, ties split evenly across devices as on
 one), through two psums.
+
+A float "max" is NaN wherever a PE of its group holds a NaN, as `jnp.max` and `np.max` give it
+on any mesh (`_pmax`; hunt 76: XLA:CPU's all-reduce max drops NaN, so a grid with one NaN
+reduced to its largest number on a mesh of two devices or more, and `wse_hpc`'s max_abs and
+MD's drift check read a NaN field as finite).
 """
 
 from __future__ import annotations
@@ -65,11 +70,11 @@ def _max_across(wafer: Wafer, grid_axes: tuple[int, ...], spanned: tuple[str, ..
 
     def masked(b: jax.Array) -> tuple[jax.Array, jax.Array]:
         valid = blk.logical_mask(wafer, b.ndim)
-        return valid, jnp.where(valid, b, _fill(b.dtype, -jnp.inf))
+        return valid, jnp.where(valid, b, blk.extreme(b.dtype, -1))
 
     @jax.custom_jvp
     def fn(b: jax.Array) -> jax.Array:
-        return lax.pmax(jnp.max(masked(b)[1], axis=grid_axes, keepdims=keep), spanned)
+        return _pmax(jnp.max(masked(b)[1], axis=grid_axes, keepdims=keep), spanned)
 
     @fn.defjvp
     def fn_jvp(primals, tangents):
@@ -85,6 +90,16 @@ def _max_across(wafer: Wafer, grid_axes: tuple[int, ...], spanned: tuple[str, ..
     return fn
 
 
+def _pmax(part: jax.Array, spanned: tuple[str, ...]) -> jax.Array:
+    """`lax.pmax` of a float `part` over the `spanned` mesh axes, NaN where any device's part
+    is NaN (the module docstring): each part's NaN flag travels beside it in the one
+    collective, the values with their NaNs left out."""
+    nan = jnp.isnan(part)
+    low = blk.extreme(part.dtype, -1)
+    both = lax.pmax(jnp.stack([jnp.where(nan, low, part), nan.astype(part.dtype)]), spanned)
+    return jnp.where(both[1] > 0, jnp.asarray(jnp.nan, part.dtype), both[0])
+
+
 def _differentiable(op: ReduceOp, x: jax.Array, spanned: tuple[str, ...]) -> bool:
     """A float max across devices: through `_max_across` (an integer max has no gradient,
     and over one device `jnp.max` has its own)."""
@@ -92,11 +107,8 @@ def _differentiable(op: ReduceOp, x: jax.Array, spanned: tuple[str, ...]) -> boo
 
 
 def _fill(dtype, fill):
-    if fill == 0:
-        return jnp.zeros((), dtype)
-    if jnp.issubdtype(dtype, jnp.floating):
-        return jnp.array(fill, dtype)
-    return jnp.array(jnp.iinfo(dtype).min, dtype)
+    """What padding reads as: 0 for a sum, the max's identity (`blocks.extreme`)."""
+    return jnp.zeros((), dtype) if fill == 0 else blk.extreme(dtype, -1)
 
 
 def _axes_for(axis: Literal["row", "col"] | None) -> tuple[tuple[int, ...], tuple[str, ...]]:

@@ -90,13 +90,22 @@ class Traffic:
 
 
 class TrafficLedger:
-    """An append-only list of `Traffic` entries with nested scopes."""
+    """An append-only list of `Traffic` entries with nested scopes: each scope collects what
+    is recorded while it is open, and so do the scopes around it, up to the nearest one
+    opened `own` (`fabric.count`: what a count inside a counted function traces is the
+    inner count's alone; hunt 76: the outer count added it, 256 words for a function that
+    moved none)."""
 
     def __init__(self) -> None:
         self._entries: list[Traffic] = []
+        self._open: list[tuple[list[Traffic], bool]] = []  # (collected, own), innermost last
 
     def record(self, entry: Traffic) -> None:
         self._entries.append(entry)
+        for collected, own in reversed(self._open):
+            collected.append(entry)
+            if own:
+                break
 
     @property
     def entries(self) -> tuple[Traffic, ...]:
@@ -115,14 +124,18 @@ class TrafficLedger:
         return out
 
     @contextlib.contextmanager
-    def scope(self) -> Iterator[list[Traffic]]:
-        """Collect the entries recorded inside the block into the yielded list."""
-        start = len(self._entries)
+    def scope(self, *, own: bool = False) -> Iterator[list[Traffic]]:
+        """Collect the entries recorded inside the block into the yielded list; `own`: and
+        keep them from the scopes around it (the class docstring). The ledger keeps every
+        entry either way."""
         collected: list[Traffic] = []
+        here = (collected, own)
+        self._open.append(here)
         try:
             yield collected
         finally:
-            collected.extend(self._entries[start:])
+            # by identity: another thread's scope on this ledger may close out of order
+            del self._open[next(i for i, s in enumerate(self._open) if s is here)]
 
     def clear(self) -> None:
         self._entries.clear()
