@@ -57,6 +57,22 @@ class DefectMap:
     seed: int | None
     rate: float
 
+    def __post_init__(self) -> None:
+        """Refuse what no wafer's map can be, at construction (hunt 76: a map of 2s counted
+        "18 dead PEs" on a row of 9, a 1-D map was an IndexError in `remap`, a NaN one a
+        TypeError): `dead` a 2-D NumPy bool array, `seed` None or an integer >= 0, `rate` a
+        number in [0, 1] (a measured map may be all dead). Its shape against a wafer's
+        physical grid is `remap`'s check."""
+        dead = self.dead
+        if not isinstance(dead, np.ndarray) or dead.dtype != np.bool_ or dead.ndim != 2:
+            raise DefectError(f"a defect map must be a 2-D NumPy bool array (physical rows x "
+                              f"physical cols, True = dead), got {_described(dead)}")  # fmt: skip
+        if self.seed is not None:
+            require_int("a defect map's seed", self.seed, 0, error=DefectError)
+        if not (is_finite(self.rate) and 0.0 <= self.rate <= 1.0):  # type: ignore[operator]
+            raise DefectError(f"a defect map's rate must be a number in [0, 1] (a fraction of "
+                              f"PEs), got {shown_setting(self.rate)}")  # fmt: skip
+
     def __eq__(self, other: object) -> bool:
         return _same_fields(self, other) if type(other) is type(self) else NotImplemented
 
@@ -117,6 +133,15 @@ class Remap:
             "ns_max": _longest(ns),
             "ew_max": _longest(ew),
         }
+
+
+def _described(value: object) -> str:
+    """What a refused map was: "a 1-D int64 array of shape (81,)", "a list"."""
+    if not isinstance(value, np.ndarray):
+        return f"a {type(value).__name__} (build one with np.asarray(..., dtype=bool))"
+    shape = "(" + ", ".join(f"{n:,}" for n in value.shape) + ("," if value.ndim == 1 else "") + ")"
+    hint = "; a 0/1 map becomes one as `m != 0`" if value.dtype.kind in "iu" else ""
+    return f"a {value.ndim}-D {value.dtype} array of shape {shape}{hint}"
 
 
 def _uniform(links: np.ndarray) -> bool:
@@ -222,8 +247,10 @@ def remap(spec: WaferSpec, defects: DefectMap | None) -> Remap:
     dead = defects.dead
     if dead.shape != (spec.physical_rows, spec.physical_cols):
         raise DefectError(
-            f"defect map is {dead.shape[0]} x {dead.shape[1]} but the wafer's physical grid "
-            f"is {spec.physical_rows} x {spec.physical_cols}"
+            f"defect map is {dead.shape[0]:,} x {dead.shape[1]:,} PEs but wafer {spec.name!r}'s "
+            f"physical grid is {spec.physical_rows:,} x {spec.physical_cols:,} ({spec.pe_rows:,}"
+            f" + {spec.spare_rows} spare rows by {spec.pe_cols:,} + {spec.spare_cols} spare "
+            "columns): give a map of that shape"
         )
     dead_per_row = dead.sum(axis=1)
     retire = np.flatnonzero(dead_per_row > spec.spare_cols)

@@ -285,13 +285,15 @@ class WaferSpec:
 
     @property
     def sram_bytes_per_s(self) -> float:
-        """Whole-wafer SRAM bandwidth (read + write)."""
+        """Whole-wafer SRAM bandwidth, B/s: PEs x (read + write bytes a cycle) x clock."""
         per_cycle = self.sram_read_bytes_per_cycle + self.sram_write_bytes_per_cycle
         return self.num_pes * per_cycle * self.clock_hz
 
     @property
     def fabric_bytes_per_s(self) -> float:
-        """Whole-wafer fabric bandwidth: 4 links per PE, each direction counted once."""
+        """Whole-wafer fabric bandwidth, B/s: PEs x 4 links x link bytes a cycle x clock, each
+        PE's words out on its N, S, E, W links (every link between neighbours once a
+        direction; not the core's own link). Not Cerebras's accounting: `hw.published`."""
         return self.num_pes * 4 * self.link_bytes_per_cycle * self.clock_hz
 
     def replace(self, **changes: Any) -> WaferSpec:

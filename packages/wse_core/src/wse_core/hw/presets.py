@@ -27,9 +27,13 @@ __all__ = ["PRESETS", "preset", "spec_from", "load_spec", "refuse_past_the_grid"
 # Presets -------------------------------------------------------------------------------
 # WSE-2: full fabric 757 x 996 (SDK), 48 kB per PE, 850 MHz as in the SDK's benchmark
 # scripts; 16 B read + 8 B write per cycle as in Jacquelin et al. (the per-port figure is
-# two 32-bit reads and one write, 8 B + 4 B; we use the stencil paper's, which matches the
-# 20 PB/s marketing total); one 32-bit word per link per direction per cycle; fp16: 4-wide
-# FMAC = 8 flop/cycle; fp32: one FMAC = 2 flop/cycle (assumption). Spares: about 1% of
+# two 32-bit reads and one write, 8 B + 4 B; we use the stencil paper's, which the
+# calibration was fitted with). It does not give the 20 PB/s marketing total at this grid
+# and clock: 753,972 PEs x 24 B x 850 MHz = 15.4 PB/s, 0.77x; 20 PB/s is 850,000 cores x
+# 24 B at 0.98 GHz (hunt 76: this said it matched; `published_totals` and `wse wafer info`
+# show each total beside Cerebras's,
+# `wse_core.hw.published`). One 32-bit word per link per direction per cycle; fp16:
+# 4-wide FMAC = 8 flop/cycle; fp32: one FMAC = 2 flop/cycle (assumption). Spares: about 1% of
 # columns (assumption; Cerebras says ~1% of cores are spare). Host I/O 1.2 Tb/s = 150 GB/s.
 def _system(name: str, peak_w: float, usd_per_hour: float, source: str) -> dict[str, Any]:
     """A system's fields of a preset: name, peak power (W), default hourly rate (USD: an
@@ -62,7 +66,8 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
     {
         # WSE-1: 400,000 cores and 18 GB; no public fabric size, so a 633 x 633 square
         # (400,689 PEs) is assumed; clock and SIMD widths assumed equal to WSE-2's (the SDK
-        # documents WSE-2 and WSE-3 only).
+        # documents WSE-2 and WSE-3 only): SRAM 400,689 x 24 B x 850 MHz = 8.17 PB/s, 0.91x
+        # the 9 PB/s marketing total (400,000 cores x 24 B at 0.94 GHz).
         "wse1": _WSE2.replace(
             name="wse1",
             pe_rows=633,
@@ -76,7 +81,9 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
         # a CS-2 program gets 750 x 994 of the 757 x 996 PEs (SDK examples)
         "wse2": _WSE2.replace(program_rows=750, program_cols=994),
         # WSE-3: full fabric 762 x 1176 (SDK); 8-wide fp16 FMAC = 16 flop/cycle; the clock
-        # is not published: 1.1 GHz from the marketing totals (REFERENCES.md). MemoryX up
+        # is not published: 1.1 GHz, the top of the 1.0-1.1 GHz REFERENCES.md reads in the
+        # marketing totals (the 21 PB/s SRAM total alone is 900,000 cores x 24 B at 0.97
+        # GHz: our 896,112 PEs x 24 B x 1.1 GHz = 23.7 PB/s is 1.13x it). MemoryX up
         # to 1.2 PB (CS-3 launch, March 2024: 1.5 TB, 12 TB or 1.2 PB external memory).
         "wse3": _WSE2.replace(
             name="wse3",

@@ -98,13 +98,21 @@ class SramLedger:
     # Queries ---------------------------------------------------------------------------
     def used_bytes(self, region: Region | None = None) -> int:
         """The most bytes in use on any PE of `region` (default: the whole grid)."""
+        return self.fullest_pe(region)[0]
+
+    def fullest_pe(self, region: Region | None = None) -> tuple[int, int, int]:
+        """(bytes in use, row, col): the PE of `region` (default: the whole grid) whose use
+        is greatest, the first in row-major order among ties (as NumPy's argmax)."""
         region = region or self.grid
         # Use is a sum of rectangle indicators; its maximum is attained at a point whose row
-        # is some rectangle's first row and whose column is some rectangle's first column.
+        # is some rectangle's first row and whose column is some rectangle's first column
+        # (no rectangle starts between such a row and the next, so use only falls there);
+        # the row-major first maximum is one of these points too.
         inside = [a.region for a in self._allocs if a.region.overlaps(region)]
         rows = {region.row0} | {max(r.row0, region.row0) for r in inside}
         cols = {region.col0} | {max(r.col0, region.col0) for r in inside}
-        return max(self._use_at(r, c) for r in rows for c in cols)
+        used, row, col = max((self._use_at(r, c), -r, -c) for r in rows for c in cols)
+        return used, -row, -col
 
     def free_bytes(self, region: Region | None = None) -> int:
         return self.bytes_per_pe - self.used_bytes(region)
@@ -153,13 +161,13 @@ class SramLedger:
         bytes_per_pe = _whole_bytes(name, bytes_per_pe)
         if any(a.name == name for a in self._allocs):
             raise PlacementError(f"allocation {name!r} exists already; free it first")
-        used = self.used_bytes(region)
+        used, row, col = self.fullest_pe(region)
         free = self.bytes_per_pe - used
         if bytes_per_pe > free:
             asked = shown_setting(bytes_per_pe)  # 10**400 B is not echoed digit by digit
-            raise SramBudgetError(
+            raise SramBudgetError(  # the PE named is the fullest one (hunt 76: was the corner)
                 f"SRAM over budget: allocation {name!r} needs {asked} B per PE in region "
-                f"{region} but PE ({region.row0}, {region.col0}) has {free} B free "
+                f"{region} but PE ({row}, {col}) has {free} B free "
                 f"({used} of {self.bytes_per_pe} B in use)"
             )
         alloc = Allocation(name, bytes_per_pe, region)
