@@ -18,8 +18,8 @@ at the same row k of two PEs of one PE column. The grid is L x ceil(D / w); the 
 the unused rows of the PEs. The group size s (1-4) is the plan's choice: the one whose
 product the caller's price says is fastest (`perf.product_s`: the PE programs and traced
 fabric of that very plan), ties to the least padding, then the smaller s. Larger groups
-balance the loads better and pad less (SC23's case, n 9801: padded bases 1.50 / 1.09 /
-1.06 / 1.04 x the operator's at s = 1 / 2 / 3 / 4) but split each PE's rank rows into s
+balance the loads better and pad less (SC23's case, n 9801: padded bases 1.58 / 1.05 /
+1.03 / 1.04 x the operator's at s = 1 / 2 / 3 / 4) but split each PE's rank rows into s
 pieces, and the published phase 1 (single-tile-matvec's column AXPY, `pe_programs`) issues
 2 nb FMAC DSDs per piece: 512 at s = 1, up to 2,048 at s = 4. There s = 1 wins on every
 wafer and byte convention: one product on WSE-2 34.2 us against 40.1 / 46.4 / 52.8 (phase
