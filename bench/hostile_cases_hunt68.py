@@ -16,10 +16,10 @@ _MD = ["hpc", "md", "--lattice", "fcc", "--element", "Cu", "--a", "3.615", "--ce
 def hunt68_cases() -> list[Case]:
     """Session 68's refusals: each ran, was ignored or crashed on the code before (the note)."""
     return [
-        Case("hunt68", "plan train --assume gpu.kernel_s=1e-6 (hunt 68)", _const(
+        Case("hunt68", "plan train --assume gpu.kernel_s=1 (hunt 68)", _const(
             "plan", "train", "-m", "tiny-gpt2", "--tokens", "1e6", "--assume",
-            "gpu.kernel_s=1e-6"),
-            message="wse plan train prices its GPUs at --mfu, with no kernel floor",
+            "gpu.kernel_s=1"),  # read since hunt 76 (the GPU step's kernel floor): in range
+            message="assumption gpu.kernel_s must be in [0, 0.001] s/kernel",
             note="no such key: the GPU kernel cost was no assumption"),
         Case("hunt68", "experiments run wafer-yield --assume gpu.kernel_s=1 (hunt 68)", _const(
             "experiments", "run", "wafer-yield", "--assume", "gpu.kernel_s=1"),
