@@ -103,7 +103,7 @@ def test_the_floor_moves_with_the_serving_kernel_cost():
     assert step.step_s == pytest.approx((32 * 2 + 12 + 2) * 3e-6, rel=1e-12)  # tp 1: kernels
 
 
-def test_a_compute_bound_step_does_not_move_and_lists_no_kernel_cost():
+def test_a_compute_bound_step_does_not_move_and_its_kernel_cost_moves_only_its_floor():
     """Llama 3 8B, 64 x 8,192 tokens on 32 H100s (the shipped llama3_8b plan's job): the
     step is its compute plus what it was before (PaLM's flops at 0.4 of 989 TFLOP/s)."""
     model = wse_models.preset_config("llama3-8b")
@@ -117,7 +117,12 @@ def test_a_compute_bound_step_does_not_move_and_lists_no_kernel_cost():
     assert (lay.dp, lay.tp, lay.pp) == (16, 2, 1) and step.bound == "compute"
     assert step.step_s == pytest.approx(compute, rel=1e-12)  # no bubble; the ring hidden
     assert step.floor.floor_s * 5 < compute  # the floor is under a fifth of it
+    # the step does not move; the floor does, and `wse plan train`, which shows it, lists it
+    # as moving (planning.train; test_assumptions_listed_hunt69)
     assert gs.KERNEL_KEY in got.values and gs.KERNEL_KEY not in got.moving
+    with assume(**{gs.KERNEL_KEY: 5e-6}):
+        slower = _train_step(model, 32, 64, 8192)
+    assert slower.step_s == step.step_s and slower.floor.floor_s > step.floor.floor_s
     assert gpum.TRAIN_MFU_KEY in got.moving
     with recording() as tiny:  # a kernel-bound step: the MFU does not move it
         _train_step(TINY, 1, 1, 128)
