@@ -52,7 +52,7 @@ from wse_systems.planning.infer_inputs import (
     speculation_of,
 )
 from wse_systems.planning.infer_wafers import wafer_serving
-from wse_systems.planning.train import (
+from wse_systems.planning.sides import (
     SideResult,
     check_positive,
     check_rates,

@@ -11,8 +11,8 @@ time (`match_gpus`: never above a count the plan priced that is already as fast)
 assumptions in words. Both sides run the same numerics: the wafer's precision
 (`wse_systems.training.placement.precision_of`, "precision" in the wafer's figures) sets the
 GPU peak the GPU side runs at (`gpu_at`: fp32 on the CUDA cores, mixed at bf16). Nothing
-here compiles anything. Shared with serving (`wse_systems.planning.sides`, re-exported
-here): `SideResult`, the input checks (`check_positive`, `check_rates`), the rates and
+here compiles anything. Shared with serving (`wse_systems.planning.sides`, imported from
+there by both): `SideResult`, the input checks (`check_positive`, `check_rates`), the rates and
 `power_notes`. The job is a whole number of steps: `--tokens` rounded up to whole global
 batches (`steps`, `tokens_trained` in the inputs; each side's time, energy and cost are for
 those steps, its energy per token per trained token).
@@ -45,7 +45,6 @@ from wse_systems.planning.sides import (
     check_rates,
     gpu_rates,
     grid_note,
-    plan_dict,
     power_notes,
     wafer_rates,
 )
@@ -53,10 +52,21 @@ from wse_systems.planning.train_step import default_batch, wafer_train_step
 from wse_systems.training.placement import PRECISION_WORDS
 from wse_systems.transformer import DecoderShape, num_params
 
-__all__ = ["PlanError", "ModelChoice", "SideResult", "Plan", "wafer_train_step", "default_batch",
-           "TrainBatch", "TrainGpus", "GPU_PRECISION", "gpu_at", "plan_train", "match_gpus",
-           "plan_dict", "check_positive", "check_rates", "gpu_rates", "wafer_rates",
-           "power_notes", "grid_note", "UNPRICED"]  # fmt: skip
+__all__ = [
+    "PlanError",
+    "ModelChoice",
+    "SideResult",
+    "Plan",
+    "wafer_train_step",
+    "default_batch",
+    "TrainBatch",
+    "TrainGpus",
+    "GPU_PRECISION",
+    "gpu_at",
+    "plan_train",
+    "match_gpus",
+    "UNPRICED",
+]  # fmt: skip (the plans' shared parts live in `planning.sides`)
 
 # hunt 71: left out of a job's price, said nowhere; nothing sourced prices a save
 UNPRICED = ("not priced: checkpoint saves (MemoryX's masters and optimizer state written out; "
