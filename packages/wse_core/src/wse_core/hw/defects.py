@@ -60,13 +60,17 @@ class DefectMap:
     def __post_init__(self) -> None:
         """Refuse what no wafer's map can be, at construction (hunt 76: a map of 2s counted
         "18 dead PEs" on a row of 9, a 1-D map was an IndexError in `remap`, a NaN one a
-        TypeError): `dead` a 2-D NumPy bool array, `seed` None or an integer >= 0, `rate` a
-        number in [0, 1] (a measured map may be all dead). Its shape against a wafer's
-        physical grid is `remap`'s check."""
+        TypeError): `dead` a 2-D NumPy bool array (kept as a read-only copy), `seed` None or
+        an integer >= 0, `rate` a number in [0, 1] (a measured map may be all dead). Its shape
+        against a wafer's physical grid is `remap`'s check."""
         dead = self.dead
         if not isinstance(dead, np.ndarray) or dead.dtype != np.bool_ or dead.ndim != 2:
             raise DefectError(f"a defect map must be a 2-D NumPy bool array (physical rows x "
                               f"physical cols, True = dead), got {_described(dead)}")  # fmt: skip
+        if dead.flags.writeable:  # a read-only copy: a map used by a Remap cannot change under it
+            dead = dead.copy()
+            dead.flags.writeable = False
+            object.__setattr__(self, "dead", dead)
         if self.seed is not None:
             require_int("a defect map's seed", self.seed, 0, error=DefectError)
         if not (is_finite(self.rate) and 0.0 <= self.rate <= 1.0):  # type: ignore[operator]
