@@ -23,7 +23,8 @@ from wse_inference.pipeline.engine import PipelineEngine
 
 FULL = os.environ.get("WSE_TUTORIAL_SIZE") == "full"
 n = 48 if FULL else 12
-path = Path(tempfile.mkdtemp()) / "tiny-model"
+scratch = tempfile.TemporaryDirectory()  # removed when the script or kernel ends
+path = Path(scratch.name) / "tiny-model"
 config = wse_models.preset_config("tiny-llama", n_layers=4)
 wse_models.save_pretrained(
     wse_models.Transformer(config, params=wse_models.init_params(config, jax.random.key(0))), path

@@ -19,7 +19,8 @@ from wse_trainer.run import run, validate
 
 FULL = os.environ.get("WSE_TUTORIAL_SIZE") == "full"
 steps = 250 if FULL else 12
-model_dir = Path(tempfile.mkdtemp()) / "model_dir"
+scratch = tempfile.TemporaryDirectory()  # removed when the script or kernel ends
+model_dir = Path(scratch.name) / "model_dir"
 config = load_config(
     "tiny",
     [

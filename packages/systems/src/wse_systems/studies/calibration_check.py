@@ -218,9 +218,14 @@ def _figure(preds: list[PredictionRow], loo: list[dict[str, object]], caption: s
     ax.bar(range(len(ratios)), ratios, color=colors)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=7)
-    ax.set(ylabel="model / published (in each row's unit)", ylim=(0.7, 1.3))
+    lo, hi = 0.7, 1.3
+    ax.set(ylabel="model / published (in each row's unit)", ylim=(lo, hi))
+    for i, r in enumerate(ratios):  # a bar past the axis says its ratio (the 8B check: 1.67x)
+        if not lo <= r <= hi:
+            y = hi - 0.02 if r > hi else lo + 0.02
+            ax.text(i, y, f"{r:.2f}x", ha="center", va="top" if r > hi else "bottom", fontsize=7)
     ax.set_title("Calibration set: fitted rows (blue) and checks (orange)", fontsize=9)
-    ax.legend(loc="upper right", fontsize=7)
+    ax.legend(loc="upper left", fontsize=7)
     ax2.bar(range(len(loo)), [100 * float(r["error_without_row"]) for r in loo])  # type: ignore[arg-type]
     ax2.axhspan(-10, 10, color="tab:green", alpha=0.15)
     ax2.set_xticks(
