@@ -305,8 +305,9 @@ def _refused_bench(url: str, wse: list[str], env: dict[str, str]) -> tuple[int, 
 
 def _hunt56_requests(model: str) -> list[tuple]:
     """Hunt 56's served rows: fields a vLLM / OpenAI client may send that were taken (200) and
-    ignored, a model not served (400, OpenAI's code model_not_found), a body not declared
-    JSON, a GET on a POST route: (name, path, body, expected status[, method, content type])."""
+    ignored, a model not served (404 since hunt 77: OpenAI's status, code model_not_found), a
+    body not declared JSON, a GET on a POST route: (name, path, body, expected status[, method,
+    content type])."""
     import json
 
     def c(**fields) -> bytes:
@@ -331,7 +332,7 @@ def _hunt56_requests(model: str) -> list[tuple]:
         ("tool message without tool_call_id", ch, chat(messages=[{"role": "tool",
          "content": "r"}]), 400),
         ("prompt [1, 'a']", cc, c(prompt=[1, "a"]), 400),
-        ("model not served (model_not_found)", cc, c(model="gpt-4"), 400),
+        ("model not served (model_not_found)", cc, c(model="gpt-4"), 404),
         ("body declared text/plain", cc, c(), 400, "POST", "text/plain"),
         ("body in UTF-16", cc, c().decode().encode("utf-16"), 400),
         ("GET on a POST route (405)", cc, b"", 405, "GET", "application/json"),

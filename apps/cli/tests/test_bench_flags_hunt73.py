@@ -1,6 +1,7 @@
 """Hunt 73: `wse infer bench` takes `vllm bench serve`'s spellings. Before: `--base-url`,
 `--max-concurrency` and `--save-result` were "No such option" (exit 2), so a vLLM user's
-command line did not run. They are `--url`, `-c` and a flag (the summary is always saved).
+command line did not run. They are `--url`, `-c` and a flag (hunt 77: it saves the summary,
+which is saved only when asked).
 
 Oracle: vLLM's documented meaning of each (the server's base URL; the most requests in
 flight; save the result as JSON), read back from the summary the run saved, and the same run

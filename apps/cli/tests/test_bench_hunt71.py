@@ -169,6 +169,6 @@ def test_a_model_the_server_does_not_serve_stops_at_the_first_tokenize(tmp_path,
     args = _bench(server.http_url, tmp_path / "b.json", "--model", "nope", "--dataset-name",
                   "sharegpt", "--dataset-path", sg, "-n", "1")  # fmt: skip
     line = refused_in_one_line(ROOT, args, "", NO_KEY)
-    assert line == ("Error: POST /tokenize answered 400 Bad Request (The model 'nope' does not "
+    assert line == ("Error: POST /tokenize answered 404 Not Found (The model 'nope' does not "
                     "exist; this server serves ['mock'].); give --model as the server's GET "
                     "/v1/models lists it, or leave --model out (its first model)")  # fmt: skip

@@ -240,7 +240,7 @@ def test_md_potential_writes_only_what_md_reads_back(tmp_path, monkeypatch, extr
 
 @pytest.mark.parametrize(
     ("extra", "message"),
-    [(["--model", "nope"], "refused every request (HTTP 400: The model 'nope' does not exist"),
+    [(["--model", "nope"], "refused every request (HTTP 404: The model 'nope' does not exist"),
      (["--max-tokens", "100000"], "refused every request (HTTP 400: This model's maximum "
       "context length is 256 tokens. However, you requested 100022 tokens")],
     ids=["unknown model", "past the context"],

@@ -254,7 +254,7 @@ def test_model_not_found_stops_the_draw_at_its_first_answer(tmp_path):
         with pytest.raises(DatasetError) as e:
             asyncio.run(go())
     assert str(e.value) == (
-        "POST /tokenize answered 400 Bad Request (The model 'nope' does not exist; this server "
+        "POST /tokenize answered 404 Not Found (The model 'nope' does not exist; this server "
         "serves ['mock'].); give --model as the server's GET /v1/models lists it, or leave "
         "--model out (its first model)"
     )

@@ -115,7 +115,7 @@ def test_requests_run_on_concurrency_tasks_not_one_task_each(monkeypatch):
 
     alive: list[int] = []
 
-    async def one(client, cfg, model, req):  # stands for a request: counts the tasks alive
+    async def one(client, cfg, model, req, origin):  # a request: counts the tasks alive
         alive.append(len(asyncio.all_tasks()))
         await asyncio.sleep(0)
         return lt.RequestResult(True, 0.1, 0.2, 2, "ab")

@@ -148,15 +148,15 @@ def test_bad_requests_get_400_with_openai_error_body(server, body, route, param)
     assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
 
 
-def test_a_model_not_served_is_a_400_model_not_found(server):
-    # hunt 56: OpenAI's code model_not_found (their status is 404; bad input is a 400 here);
-    # retrieving /v1/models/{id} of a model not served is a 404, a resource not there
+def test_a_model_not_served_is_a_404_model_not_found(server):
+    # hunt 56: OpenAI's code model_not_found; hunt 77: with OpenAI's and vLLM's status, 404
+    # (openai.NotFoundError); retrieving /v1/models/{id} of a model not served is a 404 too
     for route, body in [("/v1/completions", {"model": "nope", "prompt": "a"}),
                         ("/v1/chat/completions", {"model": "gpt-4", "messages": [
                             {"role": "user", "content": "hi"}]})]:  # fmt: skip
         r = httpx.post(server.http_url + route, json=body, timeout=10)
         err = r.json()["error"]
-        assert r.status_code == 400 and err["code"] == "model_not_found", r.text
+        assert r.status_code == 404 and err["code"] == "model_not_found", r.text
         assert err["param"] == "model" and "['mock']" in err["message"]
     r = httpx.get(server.http_url + "/v1/models/nope", timeout=10)
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"

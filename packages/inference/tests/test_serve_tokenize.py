@@ -53,10 +53,10 @@ def test_bad_bodies_are_400(url, route, body, param):
     assert r.status_code == 400 and "Malformed JSON" in r.json()["error"]["message"]
 
 
-def test_a_model_not_served_is_a_400_model_not_found(url):
-    # hunt 56: OpenAI's code model_not_found (their status is 404; bad input is a 400 here)
+def test_a_model_not_served_is_a_404_model_not_found(url):
+    # hunt 56: OpenAI's code model_not_found; hunt 77: with OpenAI's and vLLM's status, 404
     r = httpx.post(url + "/tokenize", json={"model": "nope", "prompt": "a"}, timeout=10)
-    assert r.status_code == 400 and r.json()["error"]["code"] == "model_not_found", r.text
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,17 @@
-"""`wse infer bench`: load-test an OpenAI-compatible server and save its JSON summary.
+"""`wse infer bench`: load-test an OpenAI-compatible server and report as vLLM's bench does.
 
 `bench --url URL` runs `wse_inference.demo.load_test` against a server (`wse infer serve`,
 vLLM, ...) and prints request throughput, vLLM's token figures (input and generated tokens,
 input / output / total tokens/s) and TTFT / TPOT / ITL / end-to-end percentiles (vLLM's
-definitions), then saves the summary (`--out`), the dataset's name, settings and seed in it,
-with vLLM's `--save-result` keys and units (ms) beside ours (s; hunt 71: it had none of them).
-vLLM's `vllm bench serve` spellings `--base-url`, `--max-concurrency` and `--save-result` are
-taken too (`--url`, `-c`; the summary is always saved).
+definitions), with vLLM's duration, concurrency, rate, goodput and peak rows
+(`infer_bench_report`); the summary, the dataset's name, settings and seed in it, with vLLM's
+`--save-result` keys and units (ms) beside ours (s; hunt 71: it had none of them), is saved
+when asked: `--out FILE`, or vLLM's `--save-result` / `--result-dir` / `--result-filename`
+(hunt 77: every run replaced ./wse_bench.json without a word). vLLM's `vllm bench serve`
+spellings are taken: `--base-url`, `--max-concurrency`, `--num-prompts`, `--request-rate inf`
+(its default: all at once), `--goodput`, `--percentile-metrics`, `--metric-percentiles`,
+`--backend openai-chat` / `--endpoint /v1/chat/completions`, `--temperature`, `--top-p`,
+`--top-k`, `--num-warmups`; `--save-detailed` is refused in one line (no per-request lists).
 The requests are vLLM's `--dataset-name random` or `sharegpt`, or the default `prompt`
 (`--prompt` each time), with vLLM's options (`infer_bench_data`); a bad one is one line, exit
 2, before any request, as is an --out that is the --dataset-path file (hunt 71: the dataset
@@ -17,8 +22,8 @@ or lone token is never printed or saved (`user:****@`, `****@`: pip's way), nor 
 (`printable`). A 404 or 401 of GET /v1/models says what to give (the base URL, a key); a
 server that refuses every request, or cannot be reached, exits 2 with one line; one that
 fails every request otherwise (it went away mid-run, it answers 5xx: a fault, not the
-bench's settings) exits 1 with one line, and --out is left as it was (hunt 69: a server killed
-mid-bench gave exit 0 and "saved b.json", a summary of nothing over a good earlier one).
+bench's settings) exits 1 with one line, and the file is left as it was (hunt 69: a server
+killed mid-bench gave exit 0 and "saved b.json", a summary of nothing over a good earlier one).
 """
 
 from __future__ import annotations
@@ -29,23 +34,29 @@ from pathlib import Path
 import typer
 
 from wse_cli.commands import infer_bench_data as bd
-from wse_cli.errors import fail, printable
+from wse_cli.commands import infer_bench_report as rp
+from wse_cli.errors import UserInputError, fail, printable
 from wse_cli.options import number
-from wse_cli.outputs import output_file, refuse_overlap
+from wse_cli.outputs import output_file
 
 # The longest a run's sends may take on average (-n / --request-rate), --timeout-s's top: a day
 # (hunt 71: --request-rate 5e-324 waited forever, inf s, for its second request)
 MAX_SEND_SPAN_S = 86_400
+# vLLM's --request-rate inf (its default): every request at once, as leaving it out
+_INF = ("inf", "+inf", "infinity", "+infinity")
+_FINITE_RATE = number(None, "--request-rate", gt=0, le=1e6, unit="requests/s")
 
 
-def _ms(stats: dict, of: int | None = None) -> str:
-    """mean / p50 / p90 / p99 in ms; `of`: the completed requests, said when the figures
-    are over fewer (a request of one token has no TPOT: hunt 69, none is left out unseen)."""
-    vals = [stats[k] for k in ("mean", "p50", "p90", "p99")]
-    if vals[0] is None:
-        return "-" if of is None else f"- (0 of {of} requests)"
-    text = " / ".join(f"{v * 1e3:.1f}" for v in vals)
-    return text if of is None or stats["n"] == of else f"{text} ({stats['n']} of {of} requests)"
+def _rate(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> float | None:
+    """--request-rate: inf (vLLM's spelling and default) is None, all at once; anything else
+    a finite rate, checked as `number` checks it (hunt 77: inf was refused as not finite)."""
+    if value is None or value.strip().lower() in _INF:
+        return None
+    try:
+        return _FINITE_RATE.callback(ctx, param, _FINITE_RATE.parser(value))
+    except UserInputError as e:
+        said = str(e).replace(" must be ", " must be inf (all at once) or ", 1)
+        raise UserInputError(said) from None
 
 
 def _check_url(url: str) -> None:
@@ -163,6 +174,8 @@ def bench(
         le=10_000,
         help="Requests in flight at most (vLLM's --max-concurrency; its default is no bound).",
     ),
+    backend: str = bd.BACKEND,
+    endpoint: str = bd.ENDPOINT,
     dataset_name: str = bd.DATASET_NAME,
     prompt: str = typer.Option(
         "The wafer-scale engine", "--prompt", help="--dataset-name prompt: the text sent."
@@ -178,6 +191,10 @@ def bench(
     random_prefix_len: int = bd.RANDOM_PREFIX_LEN,
     random_vocab_size: int = bd.RANDOM_VOCAB_SIZE,
     ignore_eos: bool = bd.IGNORE_EOS,
+    temperature: float = bd.TEMPERATURE,
+    top_p: float = bd.TOP_P,
+    top_k: int = bd.TOP_K,
+    num_warmups: int = bd.NUM_WARMUPS,
     timeout_s: float = number(  # hunt 69: 5e-324 was taken, then "ConnectTimeout: "
         60.0, "--timeout-s", help="Per-request timeout.", ge=0.001, le=86_400, unit="s"
     ),
@@ -189,15 +206,16 @@ def bench(
         help="Sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY, which vLLM's "
         "bench sends too); never printed or saved.",
     ),
-    request_rate: float = number(  # vLLM's --request-rate (its default inf: leave it out)
+    request_rate: str = typer.Option(  # a str: `number` refuses inf, vLLM's default
         None,
         "--request-rate",
-        gt=0,
-        le=1e6,
-        unit="requests/s",
-        help="Send requests at this rate, gamma gaps (--burstiness) as vLLM's bench; "
-        "default: all at once, at most --concurrency in flight. -n requests at this rate "
-        "must take at most a day on average.",
+        callback=_rate,
+        show_default=False,
+        metavar="<float|inf>",
+        help="Send requests at this rate, gamma gaps (--burstiness) as vLLM's bench; inf "
+        "(vLLM's default) or left out: all at once, at most --concurrency in flight. -n "
+        "requests at this rate must take at most a day on average. (inf, or a finite number "
+        "in (0, 1000000.0] (requests/s))",
     ),
     burstiness: float = number(  # hunt 71: 5e-324 was a ZeroDivisionError traceback
         1.0,
@@ -209,38 +227,50 @@ def bench(
     seed: int = number(
         0, "--seed", kind=int, ge=0, le=2**63 - 1, help="Seed of the arrivals and the dataset."
     ),
+    goodput: list[str] = rp.GOODPUT,
+    goodput_more: list[str] = rp.GOODPUT_MORE,
+    percentile_metrics: str = rp.PERCENTILE_METRICS,
+    metric_percentiles: str = rp.METRIC_PERCENTILES,
     out: Path = output_file(  # hunt 71: nothing said the file was not vLLM's, nor its unit
-        Path("wse_bench.json"),
+        None,
         "--out",
         help="Where to save the JSON. It carries both schemas: ours (ttft_s, tpot_s, itl_s, "
         "e2e_s as {mean, p50, p90, p99, n} in seconds; request_throughput_per_s, "
         "output_tokens_per_s, ...) and, beside it, vLLM's --save-result keys in its units "
         "(mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms and the same for tpot, itl "
-        "and e2el, in ms; request_throughput, output_throughput, total_token_throughput, "
-        "duration, total_input_tokens, total_output_tokens, num_prompts, max_concurrency). "
-        'request_rate is null where vLLM writes "inf" (all at once).',
+        "and e2el, in ms; request_throughput, request_goodput, output_throughput, "
+        "total_token_throughput, max_output_tokens_per_s, max_concurrent_requests, duration, "
+        "total_input_tokens, total_output_tokens, num_prompts, max_concurrency, date, "
+        "backend, endpoint_type, model_id, tokenizer_id). "
+        'request_rate is "inf" (all at once), as vLLM writes it; errors lists each distinct '
+        "reason once (at most five). Nothing is saved without --out, --save-result, "
+        "--result-dir or --result-filename.",
     ),
-    save_result: bool = typer.Option(  # hunt 73: vLLM's spelling was "No such option"
-        False,
-        "--save-result",
-        help="vLLM's flag, taken: the summary is always saved (--out).",
-    ),
+    save_result: bool = rp.SAVE_RESULT,
+    result_dir: Path = rp.RESULT_DIR,
+    result_filename: Path = rp.RESULT_FILENAME,
+    save_detailed: bool = rp.SAVE_DETAILED,
 ) -> None:
-    """Load-test a server: request and token throughput, TTFT and TPOT percentiles."""
+    """Load-test a server as vLLM's bench does: throughput, goodput, TTFT, TPOT, ITL and
+    e2e percentiles; saved as JSON with --out or --save-result."""
     import httpx
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
     from wse_inference.demo.bench_data import DatasetError
-    from wse_inference.demo.load_test import LoadTestConfig, ServerReplyError, run_load_test
+    from wse_inference.demo.load_test import (
+        LoadTestConfig,
+        Sampling,
+        ServerReplyError,
+        run_load_test,
+    )
 
     _check_url(url)
     # hunt 71: --out sg.json over --dataset-path sg.json replaced the dataset with the summary
-    refuse_overlap({"--dataset-path": dataset_path}, {"--out": out})
+    save_to = rp.result_path(ctx.params, dataset_path)
     num_requests = bd.num_requests(ctx, num_requests, num_prompts)
     if model is not None and not model.strip():
         fail("--model must not be empty; leave it out to use the server's first model")
     dataset = bd.dataset_spec(ctx)  # None: the fixed --prompt
+    backend = bd.backend(ctx)
     if not prompt and dataset is None:  # hunt 61: each request was the server's 400, exit 0
         fail("--prompt is empty; give the text each request sends")
     for name, text in (("--prompt", prompt), ("--model", model or "")):
@@ -251,13 +281,16 @@ def bench(
     if api_key:
         _check_key(api_key)
     if request_rate is None and dataset is None and (burstiness != 1.0 or seed != 0):
-        fail("--burstiness and --seed shape the arrivals of --request-rate; give --request-rate "
-             "too (without it every request is sent at once)")  # fmt: skip
+        fail("--burstiness and --seed shape the arrivals of --request-rate; give a finite "
+             "--request-rate too (without it, or at inf, all are sent at once)")  # fmt: skip
     if request_rate is None and burstiness != 1.0:  # --seed seeds the dataset too
-        fail("--burstiness shapes the arrivals of --request-rate; give --request-rate too "
-             "(without it every request is sent at once)")  # fmt: skip
+        fail("--burstiness shapes the arrivals of --request-rate; give a finite --request-rate "
+             "too (without it, or at inf, every request is sent at once)")  # fmt: skip
     if request_rate is not None:
         _check_span(request_rate, num_requests)
+    slos = rp.goodput_slos(goodput, goodput_more)
+    metrics = rp.percentile_metrics(percentile_metrics)
+    percentiles = rp.metric_percentiles(metric_percentiles)
     base = url.rstrip("/")  # OpenAI's base URL convention ends in /v1 (OPENAI_BASE_URL): the
     base = base.removesuffix("/v1")  # bench asks /v1/... itself (hunt 62: /v1/v1/models, 404)
     cfg = LoadTestConfig(
@@ -274,6 +307,12 @@ def bench(
         seed=seed,
         dataset=dataset,
         ignore_eos=ignore_eos,
+        backend=backend,
+        sampling=Sampling(0.0 if temperature is None else temperature, top_p, top_k),
+        num_warmups=num_warmups,
+        goodput_ms=slos,
+        percentile_metrics=metrics,
+        metric_percentiles=percentiles or (99.0,),  # vLLM's default
     )
     url = _redacted(url)  # what is printed and saved from here on (no message is rewritten)
     try:
@@ -285,6 +324,26 @@ def bench(
     except DatasetError as e:  # a vocabulary not listed, no /tokenize, nothing kept
         bd.dataset_failed(e, url)
     summary["url"] = url
+    _check_served(summary, url, bool(api_key), out)
+    target = None
+    if rp.saves(ctx.params):
+        target = save_to or (result_dir or Path()) / rp.default_name(summary)
+        replaced = target.exists()
+        from wse_core.host.atomic import write_atomically
+
+        write_atomically(target, json.dumps(summary, indent=2))
+    Console().print(rp.table(summary, url, metrics, percentiles))
+    for err in summary["errors"]:
+        typer.echo(f"error: {printable(err)}", err=True)
+    if target is None:
+        typer.echo("not saved: give --out FILE, or vLLM's --save-result (its file name)")
+    else:
+        typer.echo(f"saved {target}" + (" (it replaced the file there)" if replaced else ""))
+
+
+def _check_served(summary: dict, url: str, keyed: bool, out: Path | None) -> None:
+    """Stop with one line where no request completed (nothing is saved): the server could not
+    be reached or refused every request (exit 2), or failed every one (a fault: exit 1)."""
     errors = summary["errors"]
     if not summary["completed"] and errors and all(e.startswith("Connect") for e in errors):
         fail(f"cannot reach {url}: {errors[0]}")  # --model given: no /v1/models asked first
@@ -292,30 +351,13 @@ def bench(
         # hunt 61: every request refused (--model nope, --max-tokens past the context) printed
         # the refusals, saved a JSON of nothing and exited 0
         keyless = errors[0].startswith(("HTTP 401", "HTTP 403"))
-        fix = (_BAD_KEY if api_key else _KEY_HINT) if keyless else "fix the bench's settings"
+        fix = (_BAD_KEY if keyed else _KEY_HINT) if keyless else "fix the bench's settings"
         fail(f"{url} refused every request ({errors[0]}); {fix}")
     if not summary["completed"]:
         from wse_core.errors import RunFault
 
-        raise RunFault(f"{url} failed every request ({_failures(summary)}); nothing saved, "
-                       f"--out {out} is as it was")  # fmt: skip
-    from wse_core.host.atomic import write_atomically
-
-    write_atomically(out, json.dumps(summary, indent=2))
-    # the server's text (its model's name, its errors) as `fail` shows text: no markup, and
-    # no ESC or newline reaching the terminal (hunt 69: a model id cleared the screen)
-    t = Table(title=escape(printable(f"{summary['model']} at {url}")), show_header=False)
-    done = summary["completed"]
-    t.add_row("requests", f"{done} completed, {summary['failed']} failed")
-    bd.token_rows(t, summary)
-    t.add_row("TTFT ms (mean / p50 / p90 / p99)", _ms(summary["ttft_s"], done))
-    t.add_row("TPOT ms (mean / p50 / p90 / p99)", _ms(summary["tpot_s"], done))
-    t.add_row("ITL ms (mean / p50 / p90 / p99)", _ms(summary["itl_s"]))
-    t.add_row("e2e ms (mean / p50 / p90 / p99)", _ms(summary["e2e_s"], done))
-    Console().print(t)
-    for err in summary["errors"]:
-        typer.echo(f"error: {printable(err)}", err=True)
-    typer.echo(f"saved {out}")
+        kept = f", --out {out} is as it was" if out is not None else ""
+        raise RunFault(f"{url} failed every request ({_failures(summary)}); nothing saved{kept}")
 
 
 def register(app: typer.Typer) -> None:

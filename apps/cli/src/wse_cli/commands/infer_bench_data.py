@@ -10,6 +10,12 @@ each time; vLLM's default is random and it has no fixed prompt), `random` or `sh
 an option of another dataset given (vLLM ignores it without a word), a sharegpt without its
 file, a bad value or file is one line and exit 2. `token_rows` adds the dataset and vLLM's
 token figures to the summary's table.
+
+How each request is sent, vLLM's too: `--backend` openai (or vllm) posts to /v1/completions,
+openai-chat to /v1/chat/completions, `--endpoint` the one or the other (the endpoint alone
+picks the backend; the two disagreeing, another path or backend, or a chat of the random
+dataset's token ids is refused by `backend(ctx)`); `--temperature` (default 0, greedy),
+`--top-p` and `--top-k` (sent only when given); `--num-warmups`.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import typer
 from wse_cli.errors import fail, printable
 from wse_cli.options import number, typed
 
-__all__ = ["DATASETS", "dataset_failed", "dataset_spec", "num_requests", "token_rows"]
+__all__ = ["DATASETS", "backend", "dataset_failed", "dataset_spec", "num_requests", "token_rows"]
 
 DATASETS = ("prompt", "random", "sharegpt")
 # wse_inference.demo.bench_data.MAX_LEN, the most tokens of a prompt or output (not imported:
@@ -102,6 +108,63 @@ IGNORE_EOS = typer.Option(
     help="Send ignore_eos: each request generates its full output length (vLLM's; always on "
     "for --dataset-name random, as in vLLM).",
 )
+
+
+# vLLM's --backend names this bench speaks, and their endpoints
+# (wse_inference.demo.bench_endpoints.BACKENDS: not imported, it loads httpx for --help)
+BACKENDS = {"openai": "/v1/completions", "vllm": "/v1/completions",
+            "openai-chat": "/v1/chat/completions"}  # fmt: skip
+BACKEND = typer.Option(
+    "openai",
+    "--backend",
+    help="vLLM's: openai (or vllm) posts each request to /v1/completions; openai-chat to "
+    "/v1/chat/completions, its prompt one user message (--dataset-name prompt or sharegpt: "
+    "text).",
+)
+ENDPOINT = typer.Option(
+    None,
+    "--endpoint",
+    help="vLLM's: /v1/completions or /v1/chat/completions, under --url (default: "
+    "--backend's; given alone, it picks the backend).",
+)
+TEMPERATURE = number(
+    None, "--temperature", ge=0,
+    help="Sent as each request's temperature (default 0: greedy, vLLM's default).",
+)  # fmt: skip
+TOP_P = number(None, "--top-p", gt=0, le=1, help="Sent as top_p, only when given (vLLM's).")
+TOP_K = number(
+    None, "--top-k", kind=int, ge=-1, le=2**31 - 1,
+    help="Sent as top_k, only when given (vLLM's; -1: every token).",
+)  # fmt: skip
+NUM_WARMUPS = number(
+    0, "--num-warmups", kind=int, ge=0, le=1_000_000,
+    help="Copies of the first request sent before the run, at most --concurrency at once, "
+    "not counted (vLLM's).",
+)  # fmt: skip
+
+
+def backend(ctx: typer.Context) -> str:
+    """--backend and --endpoint as one backend name (module docstring)."""
+    from wse_core.errors import shown
+
+    name, endpoint = ctx.params["backend"], ctx.params["endpoint"]
+    paths = {"/v1/completions": "openai", "/v1/chat/completions": "openai-chat"}
+    if name not in BACKENDS:
+        fail(f"--backend must be openai or vllm (POST /v1/completions) or openai-chat (POST "
+             f"/v1/chat/completions), got {shown(name)}: OpenAI's API only")  # fmt: skip
+    if endpoint is not None and endpoint not in paths:
+        fail(f"--endpoint must be /v1/completions or /v1/chat/completions (a path under "
+             f"--url), got {shown(endpoint)}")  # fmt: skip
+    if endpoint is not None and not typed(ctx, "backend"):
+        name = paths[endpoint]
+    elif endpoint is not None and BACKENDS[name] != endpoint:
+        fail(f"--backend {name} posts to {BACKENDS[name]}, not --endpoint {endpoint}; give "
+             f"--backend {paths[endpoint]} with it, or leave one out")  # fmt: skip
+    if name == "openai-chat" and ctx.params["dataset_name"] == "random":
+        fail("--dataset-name random sends token ids, which /v1/chat/completions cannot take; "
+             "give --dataset-name prompt or sharegpt with --backend openai-chat, or --backend "
+             "openai")  # fmt: skip
+    return name
 
 
 def num_requests(ctx: typer.Context, n: int, num_prompts: int | None) -> int:

@@ -39,7 +39,12 @@ SERVE_HELP = (
     "Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM.\n\n"
     "Routes: POST /v1/completions and /v1/chat/completions (SSE with stream=true), GET "
     "/v1/models, /health, /metrics (vLLM's metrics, named wse_* where vLLM's are vllm:*, "
-    "the warm-up request not counted), /version; POST /tokenize and /detokenize (vLLM's). "
+    "the warm-up's requests not counted; not served: kv_cache_usage_perc, "
+    "num_preemptions_total, prefix_cache_queries_total, prefix_cache_hits_total, "
+    "request_max_num_generation_tokens, "
+    "time_per_prefill_token_request_seconds, cache_config_info, lora_requests_info and the "
+    "deprecated time_per_output_token_seconds), /version; POST /tokenize and /detokenize "
+    "(vLLM's). "
     "Chat prompts "
     "use --chat-template, else the model's chat template (chat_template.jinja or "
     "tokenizer_config.json beside tokenizer.json), else one "
@@ -229,7 +234,10 @@ def serve(
         10.0, "--drain-s", ge=0, le=86_400, unit="s", help="Grace for requests at shutdown."
     ),
     warmup: bool = typer.Option(
-        True, "--warmup/--no-warmup", help="Compile the engine with one request before serving."
+        True,
+        "--warmup/--no-warmup",
+        help="Compile every program a request runs (decode, admission under load, penalties, "
+        "logprobs) with warm-up requests before serving.",
     ),
     served_model_name: str = typer.Option(
         None,

@@ -1,12 +1,16 @@
 """A load-test client for an OpenAI-compatible server (`wse infer bench --url ...`).
 
-`run_load_test(LoadTestConfig(url=..., ...))` sends `num_requests` streaming
-`/v1/completions` requests (temperature 0, `stream_options.include_usage`) with at most
-`concurrency` in flight, on one asyncio loop with httpx, and returns a JSON-ready summary. The
+`run_load_test(LoadTestConfig(url=..., ...))` sends `num_requests` streaming requests to
+`/v1/completions` (`backend` "openai") or `/v1/chat/completions` ("openai-chat"), as vLLM's
+bench sends them (`demo.bench_endpoints`: temperature 0 unless `sampling` says otherwise,
+`stream_options.include_usage`), with at most `concurrency` in flight, on one asyncio loop
+with httpx, and returns a JSON-ready summary. `num_warmups` copies of the first request are
+sent first, at most `concurrency` at once, and not counted (vLLM's `--num-warmups`). The
 prompts and max_tokens are `dataset`'s (`demo.bench_data`; None: `prompt` for `max_tokens`
 each time), `ignore_eos: true` sent where set and for the random dataset (as vLLM's). The
 figures are vLLM's (`vllm bench serve`, benchmarks/backend_request_func.py), so the two can be
-compared; per request, times from sending it:
+compared; per request, times from sending it (a chat's opening role chunk, with no content,
+is its first chunk with a choice, as vLLM times it, but no token):
 
 - ttft_s: the first chunk whose `choices` list is not empty, whatever its text: vLLM streams
   `"text": ""` for a token that is not yet text (a byte of an unfinished UTF-8 character, a
@@ -28,10 +32,11 @@ compared; per request, times from sending it:
   usage.prompt_tokens; None when a completed request's were counted by neither);
 each as {"mean", "p50", "p90", "p99", "n"} (NumPy's linear-interpolation percentiles; `n`: the
 requests or gaps they are over, so none is left out unseen: a request of one token has no TPOT,
-one with no chunk with a choice no TTFT nor e2e). The ITL percentiles are exact up to `ITL_SAMPLE`
-gaps; past that they are of a uniform sample of that many (their mean stays exact), so memory
-does not grow with the run. A 429 is counted as failed (the client does not retry), so the
-figures reflect the server's admission policy.
+one with no chunk with a choice no TTFT nor e2e); goodput, vLLM's percentiles
+(`metric_percentiles` of `percentile_metrics`) and its peak figures: `load_tally`'s. The ITL
+percentiles are exact up to `ITL_SAMPLE` gaps; past that they are of a uniform sample of that
+many (their mean stays exact), so memory does not grow with the run. A 429 is counted as
+failed (the client does not retry), so the figures reflect the server's admission policy.
 
 The server's answers are read with bounds and checked, not trusted (`demo.openai_replies`):
 GET /v1/models is read under `timeout_s` and at most 1 MiB (hunt 69: an endless one was read
@@ -70,8 +75,9 @@ from wse_inference.demo.bench_data import (
     ShareGPTSpec,
     arrival_times,
 )
+from wse_inference.demo.bench_endpoints import BACKENDS, CHAT, Sampling, read_chunk, request_body
 from wse_inference.demo.bench_tokens import draw
-from wse_inference.demo.load_tally import ITL_SAMPLE, RequestResult, Tally
+from wse_inference.demo.load_tally import ITL_SAMPLE, METRICS, RequestResult, Tally
 from wse_inference.demo.openai_replies import (
     MAX_ERROR_BYTES,
     MAX_LINE_BYTES,
@@ -79,7 +85,6 @@ from wse_inference.demo.openai_replies import (
     Chunk,
     ServerReplyError,
     first_model,
-    parse_chunk,
     read_head,
     reason,
     sse_data,
@@ -88,7 +93,9 @@ from wse_inference.demo.openai_replies import (
 __all__ = [
     "ITL_SAMPLE",
     "LoadTestConfig",
+    "METRICS",
     "RequestResult",
+    "Sampling",
     "ServerReplyError",
     "Tally",
     "run_load_test",
@@ -111,16 +118,36 @@ class LoadTestConfig:
     seed: int = 0  # of the arrivals and of the dataset's draws (vLLM's one --seed)
     dataset: RandomSpec | ShareGPTSpec | None = None  # None: `prompt`, `max_tokens` each time
     ignore_eos: bool = False  # vLLM's --ignore-eos
+    backend: str = "openai"  # vLLM's --backend: a key of bench_endpoints.BACKENDS
+    sampling: Sampling = Sampling()  # vLLM's --temperature, --top-p, --top-k
+    num_warmups: int = 0  # vLLM's --num-warmups: copies of the first request, not counted
+    goodput_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # vLLM's --goodput
+    percentile_metrics: tuple[str, ...] = METRICS  # vLLM's --percentile-metrics (ours: all)
+    metric_percentiles: tuple[float, ...] = (99.0,)  # vLLM's --metric-percentiles
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
+        if self.backend == CHAT and isinstance(self.dataset, RandomSpec):
+            raise ValueError("the random dataset sends token ids, which a chat cannot take")
 
     @property
     def sends_ignore_eos(self) -> bool:  # vLLM's bench sets it for its random dataset
         return self.ignore_eos or isinstance(self.dataset, RandomSpec)
 
+    @property
+    def endpoint(self) -> str:
+        return BACKENDS[self.backend]
+
 
 @dataclasses.dataclass
 class _Stream:
-    """What one request's stream has shown so far (times in s from sending it)."""
+    """What one request's stream has shown so far (times in s from sending it; `start_s`:
+    when it was sent, in s from the run's start; `spare`: the chunks with a choice it may
+    send beyond one a token, a closing one and a chat's role chunk)."""
 
+    start_s: float = 0.0
+    spare: int = 1
     ttft_s: float = float("nan")
     last_s: float = float("nan")
     itl_s: list[float] = dataclasses.field(default_factory=list)
@@ -130,8 +157,8 @@ class _Stream:
     token_chunks: int = 0  # chunks with a choice, but for a closing one (no text, finished)
     text_chunks: int = 0
 
-    def add(self, chunk: Chunk, t_s: float, max_tokens: int) -> None:
-        """Take a chunk that arrived at `t_s`."""
+    def add(self, chunk: Chunk, t_s: float, max_tokens: int, role: bool = False) -> None:
+        """Take a chunk that arrived at `t_s` (`role`: a chat's role chunk, no token)."""
         self.usage = chunk.tokens if chunk.tokens is not None else self.usage
         if chunk.prompt_tokens is not None:
             self.prompt_usage = chunk.prompt_tokens
@@ -139,11 +166,11 @@ class _Stream:
             return
         if not self.choice_chunks:
             self.ttft_s = t_s
-        elif self.choice_chunks <= max_tokens:  # more fails the request: no gap kept past it
+        elif self.choice_chunks < max_tokens + self.spare:  # more fails it: no gap kept past
             self.itl_s.append(t_s - self.last_s)
         self.last_s = t_s
         self.choice_chunks += 1
-        self.token_chunks += bool(chunk.text) or not chunk.finished
+        self.token_chunks += bool(chunk.text) or not (chunk.finished or role)
         self.text_chunks += bool(chunk.text)
 
     def result(self, max_tokens: int) -> RequestResult:
@@ -152,9 +179,8 @@ class _Stream:
         if why is not None:
             return RequestResult(False, error=why)
         n = self.usage if self.usage is not None else self.token_chunks
-        return RequestResult(
-            True, self.ttft_s, self.last_s, n, None, tuple(self.itl_s), self.prompt_usage
-        )
+        itl_s, prompt = tuple(self.itl_s), self.prompt_usage
+        return RequestResult(True, self.ttft_s, self.last_s, n, None, itl_s, prompt, self.start_s)
 
     def _overrun(self, max_tokens: int) -> str | None:
         """Why the chunks streamed are more than `max_tokens` allows, or None (hunt 69: with
@@ -164,10 +190,11 @@ class _Stream:
                 f"the server streamed {self.token_chunks:,} chunks carrying a token, past the "
                 f"max_tokens {max_tokens} the bench asked for"
             )
-        if self.choice_chunks > max_tokens + 1:
+        if self.choice_chunks > max_tokens + self.spare:
+            role = " and a chat's role chunk" if self.spare > 1 else ""
             return (
                 f"the server streamed {self.choice_chunks:,} chunks with a choice for max_tokens "
-                f"{max_tokens} (a token each, and at most one closing chunk)"
+                f"{max_tokens} (a token each, and at most one closing chunk{role})"
             )
         return None
 
@@ -200,24 +227,16 @@ def _http_error(e: httpx.HTTPError, timeout_s: float) -> str:
 
 
 async def _one(
-    client: httpx.AsyncClient, cfg: LoadTestConfig, model: str, req: BenchRequest
+    client: httpx.AsyncClient, cfg: LoadTestConfig, model: str, req: BenchRequest, origin: float
 ) -> RequestResult:
-    body = {
-        "model": model,
-        "prompt": req.prompt,
-        "max_tokens": req.max_tokens,
-        "temperature": 0.0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if cfg.sends_ignore_eos:  # sent only when set, as vLLM's client does
-        body["ignore_eos"] = True
+    """One request, timed from its send; `origin`: the run's start (perf_counter s)."""
+    body = request_body(cfg.backend, model, req, cfg.sampling, cfg.sends_ignore_eos)
     t0 = time.perf_counter()
-    seen, done = _Stream(), False
+    seen, done = _Stream(start_s=t0 - origin, spare=1 + (cfg.backend == CHAT)), False
     try:
         async with (  # the whole request: a server that streams forever is cut off
             asyncio.timeout(cfg.timeout_s),
-            client.stream("POST", "/v1/completions", json=body) as r,
+            client.stream("POST", cfg.endpoint, json=body) as r,
         ):
             if r.status_code != 200:  # the start of it: a body may be endless
                 detail = await read_head(r.aiter_bytes(), MAX_ERROR_BYTES)
@@ -228,7 +247,8 @@ async def _one(
                     if data == "[DONE]":
                         done = True
                         break
-                    seen.add(parse_chunk(data), t_s, req.max_tokens)
+                    chunk, role = read_chunk(cfg.backend, data)
+                    seen.add(chunk, t_s, req.max_tokens, role)
                 if done:
                     break
     except ValueError as e:  # a chunk that is not OpenAI's, a line past MAX_LINE_BYTES
@@ -270,6 +290,20 @@ async def _served_model(client: httpx.AsyncClient, timeout_s: float) -> str:
     return first_model(r.status_code, body if r.status_code == 200 else body[:MAX_ERROR_BYTES])
 
 
+async def _warm_up(
+    client: httpx.AsyncClient, cfg: LoadTestConfig, model: str, req: BenchRequest
+) -> None:
+    """`cfg.num_warmups` copies of `req`, at most `cfg.concurrency` at once; their results
+    dropped (vLLM's --num-warmups sends its first request so)."""
+    todo = iter(range(cfg.num_warmups))
+
+    async def worker() -> None:
+        for _ in todo:
+            await _one(client, cfg, model, req, time.perf_counter())
+
+    await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, cfg.num_warmups))))
+
+
 async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str, dict]:
     n = cfg.concurrency
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
@@ -279,6 +313,7 @@ async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str, dict]:
     ) as client:
         model = cfg.model if cfg.model is not None else await _served_model(client, cfg.timeout_s)
         sample = await draw(cfg, client, model)
+        await _warm_up(client, cfg, model, sample.request(0))
         # `concurrency` workers taking turns from one counter: a task per request made all
         # num_requests tasks up front (hunt 58b: 1.5 GB for -n 1,000,000); each result goes
         # into the tally and is dropped
@@ -290,7 +325,7 @@ async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str, dict]:
                 req = sample.request(i)  # made when sent: a dataset's prompts are not kept
                 if (wait := t0 + next(sends) - time.perf_counter()) > 0:
                     await asyncio.sleep(wait)  # its time has not come (--request-rate)
-                tally.add(await _one(client, cfg, model, req), req.prompt_len)
+                tally.add(await _one(client, cfg, model, req, t0), req.prompt_len)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(n, cfg.num_requests))))
@@ -298,6 +333,10 @@ async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str, dict]:
 
 
 def run_load_test(cfg: LoadTestConfig) -> dict:
-    """Run the load test (blocking): its summary (`bench_data.DatasetError`: no dataset)."""
+    """Run the load test (blocking): its summary (`bench_data.DatasetError`: no dataset),
+    `date` (vLLM's: when the run ended, local time, YYYYmmdd-HHMMSS) first."""
+    from datetime import datetime
+
     tally, wall_s, model, dataset = asyncio.run(_run(cfg))
-    return tally.summary(wall_s, cfg, model, dataset)
+    date = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return {"date": date, **tally.summary(wall_s, cfg, model, dataset)}

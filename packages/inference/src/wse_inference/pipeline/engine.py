@@ -19,6 +19,12 @@ the weights on the stage rows and the empty decode state are `wse_inference.pipe
 the first token; `insert` copies that cache into the slot's rows of every stage and runs the
 first token through the stages the slot's in-flight activation has already passed in the
 schedule, so the slot joins the pipeline in step.
+
+One trace each: the decode state `init_decode_state` makes holds every field on the wafer's
+mesh, as `cycle` returns it, a slot's neutral penalties are float32 as a penalized request's
+are, and `release` is jitted, so `prime`, `cycle` and `release` compile once, on the first
+request, whatever state they are given (hunt 77: `prime` traced again on the state `cycle`
+returned, and a penalized request's, stalling the first requests after a warm-up).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from wse_core.cost.report import Measured, RunReport
 from wse_core.hw.spec import WaferSpec
 from wse_models.sparsity import ZeroTally
@@ -68,6 +76,11 @@ from wse_inference.sampling import (
 )
 
 __all__ = ["PipeState", "PipelineDecodeState", "PipelineEngine", "stage_layout"]
+
+
+def _deactivate(active: jax.Array, slot: jax.Array) -> jax.Array:
+    """`active` [S] with `slot` cleared (jitted: eager, it compiled 4 small programs)."""
+    return active.at[slot].set(False)
 
 
 @dataclasses.dataclass
@@ -193,13 +206,19 @@ class PipelineEngine:
         self._cycles_fn = jax.jit(
             functools.partial(cycles, v, tick, s), static_argnums=0, donate_argnums=2
         )
+        self._release_fn = jax.jit(_deactivate, donate_argnums=0)
 
     # -- Engine protocol ------------------------------------------------------------------
     def init_decode_state(self) -> PipelineDecodeState:
         per = int(self._index.shape[1])
-        return PipelineDecodeState(
-            empty_state(self.config, self.wafer, self.stages, self.max_context, per)
-        )
+        st = empty_state(self.config, self.wafer, self.stages, self.max_context, per)
+        # on the mesh as `cycle` returns them: a field of another sharding is another trace
+        mesh = NamedSharding(self.wafer.mesh, P())
+
+        def on_mesh(x: jax.Array) -> jax.Array:
+            return x if isinstance(x.sharding, NamedSharding) else jax.device_put(x, mesh)
+
+        return PipelineDecodeState(jax.tree.map(on_mesh, st))
 
     def prefill(self, *, prompt_ids: Sequence[int], sampling: SamplingParams) -> Prefix:
         validate_sampling(
@@ -258,8 +277,9 @@ class PipelineEngine:
         """The slot's penalty row (the first token counted); neutral for a request without."""
         v, s = self.vocab_size, prefix.sampling
         pen = penalties_for(s, prefix.payload.prompt_ids, v, [prefix.first_token])
-        if pen is None:
-            pen = Penalties(np.zeros(v, np.int32), np.zeros(v, bool), 0.0, 0.0, 1.0)
+        if pen is None:  # float32 as `penalties_for`'s (a weak-typed 0.0 is another trace)
+            f32 = np.float32
+            pen = Penalties(np.zeros(v, np.int32), np.zeros(v, bool), f32(0), f32(0), f32(1))
         return jax.tree.map(jnp.asarray, pen)
 
     def generate(self, *, state: PipelineDecodeState):
@@ -331,7 +351,7 @@ class PipelineEngine:
             raise ValueError(f"release of empty slot {slot}")
         del state.seqs[slot]
         st = state.device
-        state.device = st._replace(active=st.active.at[slot].set(False))
+        state.device = st._replace(active=self._release_fn(st.active, np.int32(slot)))
         return state
 
     def metrics(self) -> dict[str, float]:

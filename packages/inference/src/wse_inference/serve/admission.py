@@ -18,8 +18,9 @@ One validator for both front ends, in the order a request meets it:
    submit directly.
 
 - `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT): any of the above. Requests are
-  never silently truncated. `ModelNotFoundError`, a model name not served, is a 400 with
-  code model_not_found.
+  never silently truncated. `ModelNotFoundError`, a model name not served, is OpenAI's and
+  vLLM's HTTP 404 with code model_not_found (`openai.NotFoundError`; hunt 77: a 400); gRPC
+  keeps INVALID_ARGUMENT for it, its documented status for every refused request.
 - `QueueFullError` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED): the bounded waiting
   queue is full.
 - `ShuttingDownError` (HTTP 503 / gRPC UNAVAILABLE): the server is draining.
@@ -95,7 +96,9 @@ class RequestLimits:
 
 
 class InvalidRequestError(WseError):
-    """A request the server refuses (HTTP 400 / gRPC INVALID_ARGUMENT)."""
+    """A request the server refuses (HTTP `http_status`, 400 / gRPC INVALID_ARGUMENT)."""
+
+    http_status = 400
 
     def __init__(
         self, message: str, *, param: str | None = None, code: str = "invalid_value"
@@ -106,9 +109,10 @@ class InvalidRequestError(WseError):
 
 
 class ModelNotFoundError(InvalidRequestError):
-    """A model name this server does not serve: HTTP 400 with OpenAI's code model_not_found
-    (bad input is a 400 in this stack; OpenAI and vLLM answer 404, which only
-    GET /v1/models/{id}, a resource that is not there, does here)."""
+    """A model name this server does not serve: HTTP 404 with OpenAI's code model_not_found,
+    as OpenAI and vLLM answer (`openai.NotFoundError`; hunt 77: it was a 400)."""
+
+    http_status = 404
 
     def __init__(self, model: object, served: Sequence[str]) -> None:
         super().__init__(

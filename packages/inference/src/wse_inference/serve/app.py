@@ -38,7 +38,7 @@ from typing import Any
 import uvicorn
 from wse_core.errors import WseError
 
-from wse_inference.engine import Engine, SamplingParams
+from wse_inference.engine import Engine
 from wse_inference.serve.addresses import listening_socket, netloc
 from wse_inference.serve.admission import RequestLimits
 from wse_inference.serve.cors import CorsConfig
@@ -46,6 +46,7 @@ from wse_inference.serve.http_protocol import protocol_for
 from wse_inference.serve.metrics import ServeMetrics
 from wse_inference.serve.routes import build_app
 from wse_inference.serve.scheduler import Scheduler
+from wse_inference.serve.warmup import warm_up
 
 __all__ = ["ServeConfig", "Server", "serve"]
 
@@ -62,7 +63,7 @@ class ServeConfig:
     max_queued: int = 64
     drain_s: float = 10.0  # grace for requests in flight at shutdown
     model_names: tuple[str, ...] = ()  # names clients may ask for; default engine.model_name
-    warmup: bool = True  # `run` sends one tiny request through the engine before serving
+    warmup: bool = True  # `run` compiles the engine with warm-up requests (`serve.warmup`)
     chat_template: str | None = None  # Jinja; overrides the tokenizer's (vLLM's --chat-template)
     # vLLM's --chat-template-content-format: "auto", "string" or "openai" (see chat_template)
     chat_template_content_format: str = "auto"
@@ -125,7 +126,8 @@ class Server:
         self.engine = engine
         self.config = config
         self.model_names = config.model_names or (engine.model_name,)
-        self.metrics = ServeMetrics(self.model_names[0])  # vLLM's model_name label
+        # vLLM's model_name label; its context tops the token-count histograms' edges
+        self.metrics = ServeMetrics(self.model_names[0], max_model_len=engine.max_context)
         self.scheduler = Scheduler(
             engine, max_queued=config.max_queued, observer=self.metrics, limits=config.limits
         )
@@ -252,8 +254,8 @@ class Server:
         self._finish()
 
     def warmup(self, timeout_s: float = 600.0) -> float:
-        """Run one tiny greedy request through the engine (compiles it), kept out of /metrics;
-        its wall seconds.
+        """Run the warm-up's requests through the engine (`serve.warmup`: every program a
+        request runs compiles now, none on a user's), kept out of /metrics; its wall seconds.
         A model whose log probabilities are not finite on it is refused (`WseError`; hunt 62:
         weights that overflow, all finite, answered 500s, NaN in streamed JSON, and text of
         NUL characters)."""
@@ -264,24 +266,7 @@ class Server:
                 "one to make"
             )
         t0 = time.monotonic()
-        done = threading.Event()
-        scores: list[float] = []
-
-        def sink(ev: Any) -> None:
-            for lp in ev.logprobs or ():
-                scores.extend((lp.logprob, *(v for _, v in lp.top)))
-            if ev.finish_reason is not None:
-                done.set()
-
-        max_tokens = max(1, min(2, self.engine.max_context - 1))
-        self.scheduler.submit(  # not observed: /metrics counts users' requests alone (hunt 73)
-            prompt_ids=[0],
-            sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0, logprobs=1),
-            sink=sink,
-            observed=False,
-        )
-        if not done.wait(timeout_s):
-            raise TimeoutError(f"the engine did not answer a warm-up request in {timeout_s} s")
+        scores = warm_up(self.scheduler, timeout_s=timeout_s)
         if bad := [v for v in scores if not math.isfinite(v)]:
             raise WseError(
                 f"the model's log probabilities are not finite on a warm-up request ({bad[0]}): "

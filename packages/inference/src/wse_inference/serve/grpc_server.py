@@ -226,7 +226,10 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
             if not req.HasField("max_tokens"):  # the rest of the context (at least one)
                 sampling = sampling_from_request(req, prompt_len=len(ids), max_context=max_context,
                                                  defaults=self.defaults)  # fmt: skip
-            return self.scheduler.submit(prompt_ids=ids, sampling=sampling, sink=sink)
+            handle = self.scheduler.submit(prompt_ids=ids, sampling=sampling, sink=sink)
+            if self.metrics is not None:
+                self.metrics.on_admitted(1)  # one choice a call
+            return handle
         except InvalidRequestError as e:
             self._reject("invalid")
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))

@@ -12,8 +12,9 @@
 - `QueueFullError` (429) when the bodies being read or parsed at once, all connections
   together, would pass `limits.max_body_bytes_in_flight`.
 
-`refusal_response(error, metrics)` is the HTTP answer to any refusal (400, a model this server
-does not serve included, with code model_not_found; 413, 429, 503). A Content-Type other than
+`refusal_response(error, metrics)` is the HTTP answer to any refusal (400; 404 with code
+model_not_found for a model this server does not serve, as OpenAI's and vLLM's; 413, 429,
+503). A Content-Type other than
 application/json (or `application/*+json`), a charset other than UTF-8, or any content coding
 (gzip..., in any of the Content-Encoding headers), is a 400 before the body is read; a body
 that is empty, or not UTF-8 (UTF-16 included), is a 400 invalid_json.
@@ -281,11 +282,11 @@ async def read_json(request: Request, limits: RequestLimits) -> Any:
 
 def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
     """The HTTP answer to a refused request (counted in `metrics` by reason): 400 with
-    OpenAI's error body, 413 before the rest of the body is read (a client that sends it
-    anyway has it read and dropped, within `RequestLimits.max_discard_bytes` and
-    `discard_s` (`http_protocol`): closing at once would reset the connection before the
-    client reads the 413), 429 with Retry-After, 503 while draining; an empty 400 to a client
-    already gone."""
+    OpenAI's error body (404 for a model not served: `ModelNotFoundError.http_status`), 413
+    before the rest of the body is read (a client that sends it anyway has it read and
+    dropped, within `RequestLimits.max_discard_bytes` and `discard_s` (`http_protocol`):
+    closing at once would reset the connection before the client reads the 413), 429 with
+    Retry-After, 503 while draining; an empty 400 to a client already gone."""
     if isinstance(e, ClientGone):  # nobody is left to read an answer
         metrics.reject("invalid")
         return Response(status_code=400)
@@ -295,7 +296,7 @@ def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
     if isinstance(e, InvalidRequestError):
         metrics.reject("invalid")
         return error_response(
-            400, str(e), type_="invalid_request_error", param=e.param, code=e.code
+            e.http_status, str(e), type_="invalid_request_error", param=e.param, code=e.code
         )
     if isinstance(e, QueueFullError):
         metrics.reject("queue_full")

@@ -17,7 +17,7 @@ chat_template...) are refused with `InvalidRequestError` (HTTP 400) unless absen
 neutral; so are the other route's field (messages on /v1/completions, prompt on chat) and
 stream_options without stream. `user` must be a string of at most
 `RequestLimits.max_user_chars`. A model name this server does not serve is `ModelNotFoundError`
-(HTTP 400 with OpenAI's code model_not_found; OpenAI and vLLM answer 404); a missing one a 400.
+(HTTP 404 with OpenAI's code model_not_found, as OpenAI and vLLM answer); a missing one a 400.
 Fields this module does not know are ignored, as vLLM ignores them (metadata, store,
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
 parallel_tool_calls, return_tokens_as_token_ids) must be JSON true, false or null: "false"

@@ -3,11 +3,12 @@
 - `RequestHandle`: what `Scheduler.submit` returns; `cancel()` is safe from any thread, any
   time, more than once (the scheduler frees the slot before its next engine step); one not
   `observed` (the server's warm-up) never reaches the `SchedulerObserver`;
-- `RequestTiming`: monotonic timestamps of arrival, prefill, first token and end, and
+- `RequestTiming`: monotonic timestamps of arrival, prefill, first and last token and end, and
   Cerebras' `time_info` from them;
 - `StreamEvent`: new text and tokens (and their logprobs, if asked) of one request; the last
   event has `finish_reason` set (and `stop_reason`, vLLM's, for a stop of the request's);
-- `SchedulerObserver`: the hooks the engine thread calls on first token, tokens and finish;
+- `SchedulerObserver`: the hooks the engine thread calls on first token, tokens, finish and
+  each engine iteration;
 - `stop_reason(matched, sampling, eos_ids)`: vLLM's stop_reason of a "stop", from what ended it
   and the model's EOS ids (`model_eos_ids(engine)`).
 """
@@ -39,6 +40,7 @@ class RequestTiming:
     arrival_s: float
     prefill_start_s: float | None = None
     first_token_s: float | None = None
+    last_token_s: float | None = None  # the latest token sent so far
     end_s: float | None = None
 
     def time_info(self) -> dict[str, float]:
@@ -111,6 +113,8 @@ class SchedulerObserver(Protocol):
     def on_tokens(self, handle: RequestHandle, n: int, gap_s: float) -> None: ...
 
     def on_finish(self, handle: RequestHandle, reason: str) -> None: ...
+
+    def on_iteration(self, tokens: int) -> None: ...  # prompt tokens prefilled + tokens made
 
 
 def model_eos_ids(engine: object) -> frozenset[int]:

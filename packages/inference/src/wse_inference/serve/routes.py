@@ -4,19 +4,19 @@ Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 `data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models
 (and /v1/models/{id}, 404 model_not_found for a name not served; each entry with vLLM's
 max_model_len and the model's vocab_size, which vLLM does not list), /health (503 while
-draining), /metrics (Prometheus: vLLM's metrics, named `wse_*` where vLLM's are `vllm:*`),
+draining), /metrics (Prometheus: vLLM's metrics this server measures, named `wse_*` where
+vLLM's are `vllm:*`; `metrics.NOT_SERVED` lists those it does not),
 vLLM's GET /version ({version}: the stack's) and POST /tokenize ({prompt} or
 {messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
 Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
-request (malformed or too deeply nested JSON, a Content-Type other than JSON included, and a
-generation request naming a model this server does not serve: model_not_found, a 400 where
-OpenAI and vLLM answer 404, since bad input is a 400 in this stack), 404 for GET
-/v1/models/{id} of a model not served (model_not_found) or a URL it does not have (the
-message lists the routes), 405 naming the methods a route takes, 413 for a body beyond
-`ServeConfig.limits.max_body_bytes` (from Content-Length, or while it streams in), 429 with
-Retry-After when the queue is full, 503 while shutting down. Bodies are read by
-`wse_inference.serve.http_body`; parsing, validation (`wse_inference.serve.admission`, the
-same for gRPC) and tokenization run in a worker thread, never on the event loop. A client
+request (malformed or too deeply nested JSON, a Content-Type other than JSON included), 404
+for a request naming a model this server does not serve (/tokenize and /detokenize too) and
+GET /v1/models/{id} of one (model_not_found, as OpenAI and vLLM answer; hunt 77: a 400), or a
+URL it does not have (the message lists the routes), 405 naming the methods a route takes,
+413 for a body beyond `ServeConfig.limits.max_body_bytes` (from Content-Length, or while it
+streams in), 429 with Retry-After when the queue is full, 503 while shutting down. Bodies are
+read by `wse_inference.serve.http_body`; parsing, validation (`wse_inference.serve.admission`,
+the same for gRPC) and tokenization run in a worker thread, never on the event loop. A client
 that disconnects cancels its request: its slot and KV cache are released before the next
 engine step. The wire format lives in `wse_inference.serve.openai_request`, one request's
 answer (whole or streamed, n choices) in `wse_inference.serve.openai_response`.
@@ -152,6 +152,7 @@ def _add_generation_routes(
             gen = Generation(scheduler, p)
         except (InvalidRequestError, QueueFullError, ShuttingDownError, ClientGone) as e:
             return refusal_response(e, metrics)
+        metrics.on_admitted(p.n)
         if p.stream:
             # The background task also runs when the client left before the stream started.
             return StreamingResponse(

@@ -47,15 +47,8 @@ from wse_inference.serve.admission import (
 from wse_inference.serve.request import RequestHandle, SchedulerObserver, StreamEvent
 from wse_inference.serve.text_stream import TextStream
 
-__all__ = [
-    "Scheduler",
-    "SchedulerStats",
-    "InvalidRequestError",
-    "QueueFullError",
-    "ShuttingDownError",
-    "check_request",
-    "context_length_message",
-]
+__all__ = ["Scheduler", "SchedulerStats", "InvalidRequestError", "QueueFullError",
+           "ShuttingDownError", "check_request", "context_length_message"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +97,7 @@ class Scheduler:
         self._steps = 0
         self._admitting = 0  # a request popped from the queue, in prefill (holds a slot)
         self._engine_metrics: dict[str, float] = {}
+        self._iteration_tokens = 0  # observed prompt tokens prefilled + tokens sent, this step
         self._mean_request_s = 1.0
         self._thread = threading.Thread(target=self._run, name="wse-engine", daemon=True)
 
@@ -208,6 +202,7 @@ class Scheduler:
                 state = self._fail_all(state, f"engine failure: {type(e).__name__}: {e}")
 
     def _iteration(self, state: Any, *, abort_all: bool) -> Any:
+        self._iteration_tokens = 0
         state = self._apply_cancels(state, abort_all=abort_all)
         state = self._admit(state)
         if self._active:
@@ -216,6 +211,8 @@ class Scheduler:
             with self._cond:
                 self._steps += 1
         self._engine_metrics = self.engine.metrics()
+        if self._iteration_tokens and self.observer is not None:  # vLLM's iteration_tokens
+            self.observer.on_iteration(self._iteration_tokens)
         return state
 
     def _apply_cancels(self, state: Any, *, abort_all: bool) -> Any:
@@ -310,7 +307,10 @@ class Scheduler:
         first = h.completion_tokens == 0
         h.completion_tokens += len(tokens)
         now = time.monotonic()
+        if tokens:  # the prefill's token at its first_token_s: one token decodes for 0 s
+            h.timing.last_token_s = h.timing.first_token_s if first else now
         if self.observer is not None and tokens and h.observed:
+            self._iteration_tokens += len(tokens) + (len(h.prompt_ids) if first else 0)
             if first:
                 self.observer.on_first_token(h)
             else:

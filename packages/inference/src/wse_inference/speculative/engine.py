@@ -160,7 +160,8 @@ class SpeculativeEngine:
         reason = s.tracker.finish_reason
         lps = None
         if sp.logprobs is not None:
-            lps = token_logprobs(new, *(x[: len(new)] for x in r.logprobs), sp.logprobs)
+            # sliced on the host: a device slice per accepted length compiled a program each
+            lps = token_logprobs(new, *(np.asarray(x)[: len(new)] for x in r.logprobs), sp.logprobs)
         return SlotOutput(slot, tuple(new), reason is not None, reason, lps)
 
     def generate(self, *, state: SpecDecodeState):
