@@ -67,16 +67,16 @@ def test_numpy_integers_still_run_swe():
         ({"steps": True}, "steps must be an integer in 0..2147483647, got True"),
         ({"output_every": 1.5}, "output_every must be an integer in 0..2147483647, got 1.5"),
         ({"output_every": -1}, "output_every must be an integer in 0..2147483647, got -1"),
-        ({"re": float("inf")}, "re must be a positive finite number, got inf"),
-        ({"ra": float("nan")}, "ra must be a positive finite number, got nan"),
-        ({"aspect": "2"}, "aspect must be a positive finite number, got '2'"),
+        ({"re": float("inf")}, "re must be a finite number in [0.001, 1e+09] (as --re), got inf"),
+        ({"ra": float("nan")}, "ra must be a finite number in [1, 1e+17] (as --ra), got nan"),
+        ({"aspect": "2"}, "aspect must be a finite number in [0.001, 1000] (as --aspect), got '2'"),
         (
             {"dt": float("nan")},
-            "dt must be a positive finite number (None: the case's default), got nan",
+            "dt must be a finite number >= 1e-09 (None: the case's default), got nan",
         ),  # fmt: skip
         (
             {"dt": -1e-3},
-            "dt must be a positive finite number (None: the case's default), got -0.001",
+            "dt must be a finite number >= 1e-09 (None: the case's default), got -0.001",
         ),  # fmt: skip
         ({"restart": "no"}, "restart must be True or False, got 'no'"),
     ],

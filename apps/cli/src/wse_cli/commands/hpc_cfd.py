@@ -4,11 +4,14 @@ Cases: `rayleigh-benard` (`--ra --pr --aspect`; no-slip plates at T = 1 and 0, p
 sides) and `cavity` (`--re`; the lid-driven square / cube). `--grid NX NY NZ` (NZ = 1: 2D;
 the vertical is Y in 2D, Z in 3D). Prints the Nusselt number (rayleigh-benard) and kinetic
 energy as it goes (a rich progress bar on a terminal, nothing in between otherwise), writes
-`<out>/step_<n>.npz` (arrays u v w p, and T for rayleigh-benard) and `.vtk` every
-`--output-every` steps and at the end, `--restart` continues from the newest of them (and
-says which: "restarted from step N (FILE)"; a folder with none is refused, and so is a step
+`<out>/step_<n>.npz` (arrays u v w p, and T for rayleigh-benard) and `.vtk` at every step n
+that is a multiple of `--output-every` (n the absolute step, a restart's too, as OpenFOAM's
+writeInterval and LAMMPS's `dump N`) and at the end, and lists them ("wrote FILE" each, or
+"wrote N files: FIRST .. LAST"); `--restart` continues from the newest of them (and says
+which: "restarted from step N (FILE)"; a folder with none is refused, and so is a step
 written with another --ra, --pr, --re or --time-scheme, or, --dt left out, at a step other
-than this run's default; a --dt given that differs is said on that line), `--png` the
+than this run's default; a --dt given that differs is said on that line; one that runs no
+step writes nothing and says so), `--png` the
 temperature (cavity: the speed), `--trace` the per-PE trace for `wse view`, then the
 measured emulation time beside the predicted wafer time (`run_cfd(...).report`), and a
 warning line when pressure solves stopped at their iteration cap unconverged (the solver,
@@ -79,7 +82,11 @@ def cfd(
         "euler", "--time-scheme", help="euler | rk3 (cavity: SSP-RK3, the advective step)."
     ),  # fmt: skip
     output_every: int = number(
-        0, "--output-every", kind=int, ge=0, help="Write NPZ + VTK every N steps (0: at the end)."
+        0,
+        "--output-every",
+        kind=int,
+        ge=0,
+        help="Write NPZ + VTK at every step that is a multiple of N (0: at the end only).",
     ),  # fmt: skip
     out: Path = output_dir(None, "--out", help="Folder for step_<n>.npz / .vtk."),
     restart: bool = typer.Option(
@@ -145,6 +152,9 @@ def cfd(
         )
         _line(console, f"restarted from step {x['restarted_from_step']} ({x['restarted_from']})"
                        f"{changed}")  # fmt: skip
+        if not x["steps"]:  # hunt 77: it rewrote the step file, recording a dt it never ran
+            _line(console, f"no step run, so nothing written ({x['restarted_from']} is left "
+                           "as it was)")  # fmt: skip
     if png is not None:
         from wse_hpc.fields.plots import plot_temperature
 
@@ -255,11 +265,21 @@ def _summary(console, run, png, trace) -> None:
 
     if warning := unconverged(x):  # hunt 72: solves stopped at the cap, unsaid
         _line(console, warning)
-    for p in run.written[-2:]:
-        _line(console, f"wrote {p}")
+    for line in _wrote(run.written):
+        _line(console, line)
     for label, p in (("figure", png), ("trace", trace)):
         if p is not None:
             _line(console, f"{label}: {p}")
+
+
+def _wrote(written) -> list[str]:
+    """The lines naming the step files this run wrote: each, or for more than three steps'
+    one line with their count, the first and the last (hunt 77: only the last two were named,
+    though the run wrote more)."""
+    if len(written) <= 6:  # an .npz and a .vtk a step
+        return [f"wrote {p}" for p in written]
+    return [f"wrote {len(written)} files: {written[0]} .. {written[-1]} (an .npz and a .vtk "
+            f"at each of {len(written) // 2} steps)"]  # fmt: skip
 
 
 def _line(console, text: str) -> None:

@@ -1,20 +1,23 @@
 """The CFD shell: build a case, step it in jitted chunks, write fields, restart, report.
 
 `run_cfd(cfg, on_progress=None) -> CfdRun` runs `CfdConfig.case` ("rayleigh-benard" or
-"cavity") for `steps` steps on the emulated wafer. Every `output_every` steps (and at the
-end) it writes `step_<n>.npz` (arrays `u`, `v`, `w`, `p`, `T` of shape (nx, ny, nz): the
-MAC face velocities as stored, `w` zeros in 2D; `T` the full temperature, none for the
-cavity, which solves no temperature (`_stored`); plus `step`, `time`, `lengths`, `case` and
-the physics, `run_physics`: ra and pr or re, time_scheme, dt) and `step_<n>.vtk` (legacy
-VTK structured points, ParaView opens it: the velocity averaged to cell centres, the faces
-wrapping on the periodic axes, p and T) into `out_dir`. With `restart=True` it continues
-from the newest `step_<n>.npz` there (of the same case, domain and physics: FieldError
-otherwise, or when there is none), and the report's `restarted_from_step` /
-`restarted_from` say which; the fields are read as fp32 whatever their stored dtype, and
-a rayleigh-benard step's T is the full temperature (one without `case` is refused: its T
-could be either), written in float64 so that theta comes back bit for bit
-(`convection.theta_from`; hunt 72: a restart of 20 + 20 steps differed from 40 by 1.2e-7
-in T; now equal, as the cavity's).
+"cavity") for `steps` steps on the emulated wafer, its settings checked first
+(`run_config.check_config`). At every step n that is a multiple of `output_every` (n the
+absolute step, a restart's too, as OpenFOAM's writeInterval and LAMMPS's `dump N` count) and
+at the end (but for a restart that runs no step: it writes nothing, and its step file is
+left as it was) it writes `step_<n>.npz` (arrays `u`, `v`, `w`, `p`, `T` of shape
+(nx, ny, nz): the MAC face velocities as stored, `w` zeros in 2D; `T` the full temperature,
+none for the cavity, which solves no temperature (`_stored`); plus `step`, `time`,
+`lengths`, `case` and the physics, `run_physics`: ra and pr or re, time_scheme, dt) and
+`step_<n>.vtk` (legacy VTK structured points, ParaView opens it: the velocity averaged to
+cell centres, the faces wrapping on the periodic axes, p and T) into `out_dir`. With
+`restart=True` it continues from the newest `step_<n>.npz` there (of the same case, domain
+and physics: FieldError otherwise, or when there is none), and the report's
+`restarted_from_step` / `restarted_from` say which; the fields are read as fp32 whatever
+their stored dtype, and a rayleigh-benard step's T is the full temperature (one without
+`case` is refused: its T could be either), written in float64 so that theta comes back bit
+for bit (`convection.theta_from`; hunt 72: a restart of 20 + 20 steps differed from 40 by
+1.2e-7 in T; now equal, as the cavity's).
 `on_progress(step, nusselt, kinetic_energy)` is called after each chunk. `CfdRun.report` is
 the `wse_core.RunReport` of the whole run: each step priced from its program
 (`wse_hpc.fields.perf`) with the measured mean CG iterations, times the steps run (0 s for
@@ -34,11 +37,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from wse_core import RunReport, WaferSpec
+from wse_core import RunReport
 from wse_core.cost.perf import Phase, Work, serial
-from wse_core.errors import is_finite, require_int, shown_setting
 
-from wse_hpc.cfd_steps import StepFileError, latest_output, read_step, step_case
+from wse_hpc.cfd_steps import StepFileError, latest_output, read_step, step_case, step_of
 from wse_hpc.fields.convection import (
     RbCase,
     full_temperature,
@@ -49,33 +51,12 @@ from wse_hpc.fields.convection import (
 from wse_hpc.fields.flow import FlowState, kinetic_energy, nusselt
 from wse_hpc.fields.grid import FieldError
 from wse_hpc.fields.perf import WORD_BYTES, assumptions, traced_step
+from wse_hpc.fields.run_config import CASES, CfdConfig, check_config
 from wse_hpc.fields.run_physics import check_restart, physics, recorded_dt, stored
 from wse_hpc.fields.vtk import write_vtk
-from wse_hpc.stencil.config import INT32_MAX
 
 __all__ = ["CASES", "CfdConfig", "CfdRun", "check_config", "latest_output", "run_cfd",
            "unconverged"]  # fmt: skip
-
-CASES = ("rayleigh-benard", "cavity")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CfdConfig:
-    case: str
-    grid: tuple[int, int, int]
-    spec: WaferSpec
-    steps: int = 100
-    ra: float = 1e4
-    pr: float = 1.0
-    aspect: float = 2.0
-    re: float = 100.0
-    dt: float | None = None
-    time_scheme: str = "euler"  # cavity only: "euler" or "rk3" (`FlowSpec.time_scheme`)
-    output_every: int = 0  # 0: only at the end (when out_dir is given)
-    out_dir: Path | None = None
-    restart: bool = False
-    mesh_shape: tuple[int, int] | None = None
-    defect_seed: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,9 +207,10 @@ def _stored(cfg: CfdConfig, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarr
 
 def _write(cfg: CfdConfig, grid, s: FlowState, step: int, t: float, now: dict) -> list[Path]:
     assert cfg.out_dir is not None
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(cfg.out_dir)  # a Path already (`check_config`)
+    out_dir.mkdir(parents=True, exist_ok=True)
     arrays = _stored(cfg, _arrays(cfg, grid, s))
-    npz = cfg.out_dir / f"step_{step:07d}.npz"
+    npz = out_dir / f"step_{step:07d}.npz"
     extra = {"theta_offset": 1} if cfg.case == "rayleigh-benard" else {}
     from wse_core.host.atomic import atomic_path
 
@@ -273,36 +255,36 @@ def _restart_file(out_dir: Path | None) -> Path:
     return last
 
 
-def check_config(cfg: CfdConfig) -> None:
-    """FieldError naming the setting, what was given and what is allowed, before anything is
-    built (as `md.run_setup.check_config`; hunt 72: steps 2.5 or True were JAX TypeErrors
-    inside the loop, re inf and a NaN dt were taken); the case's own checks (Ra's range,
-    the step's limit, the grid) follow where the case is built."""
-    require_int("steps", cfg.steps, 0, INT32_MAX, error=FieldError)  # fori_loop's int32 count
-    require_int("output_every", cfg.output_every, 0, INT32_MAX, error=FieldError)
-    for name in ("ra", "pr", "aspect", "re"):
-        if not (is_finite(value := getattr(cfg, name)) and value > 0):
-            raise FieldError(f"{name} must be a positive finite number, got {shown_setting(value)}")
-    if cfg.dt is not None and not (is_finite(cfg.dt) and cfg.dt > 0):
-        raise FieldError(
-            f"dt must be a positive finite number (None: the case's default), got "
-            f"{shown_setting(cfg.dt)}"
-        )
-    if not isinstance(cfg.restart, bool):
-        raise FieldError(f"restart must be True or False, got {shown_setting(cfg.restart)}")
+def _chunk(step: int, left: int, every: int) -> int:
+    """The steps to run next from the absolute `step`, `left` to go: to the next multiple of
+    `every` (the output cadence counts absolute steps, as OpenFOAM's writeInterval and
+    LAMMPS's `dump N`; hunt 77: a restart from step 30 with every 20 wrote 50, not 40), else
+    at most 100 (a progress report each)."""
+    return min(left, every - step % every if every else 100)
+
+
+def _final_write(
+    cfg: CfdConfig, written: list[Path], done: int, step: int, restarted: bool
+) -> bool:
+    """Whether the run ends by writing its last step `step`: always, unless the cadence
+    just wrote it, or a restart ran no step (its state is the step file it read, written at
+    that file's dt: hunt 77, `--restart --steps 0 --dt X` rewrote it recording X, and the
+    next restart was refused; OpenFOAM does not rewrite its start time either)."""
+    if cfg.out_dir is None or (restarted and done == 0):
+        return False
+    return not written or step_of(written[-2]) != step
 
 
 def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | None = None):
     """Run the case; see the module docstring."""
-    check_config(cfg)
-    last = _restart_file(cfg.out_dir) if cfg.restart else None
+    cfg = check_config(cfg)  # out_dir a Path, grid a tuple of ints
+    last = _restart_file(Path(cfg.out_dir) if cfg.out_dir else None) if cfg.restart else None
     grid, flow, fns, state, kappa = _build(cfg)
     check_dt(cfg, flow.dt)
     step0, t0, old_dt, now = 0, 0.0, None, physics(cfg, flow.dt)
     chosen = "--dt" if cfg.dt is not None else "the default step"
     if last is not None:
         state, step0, t0, old_dt = _load(state, last, grid, cfg, now)
-    chunk = cfg.output_every or max(1, min(cfg.steps, 100))
 
     @jax.jit
     def advance(s, n):
@@ -320,7 +302,7 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
     history, written, total_its, done, short, worst = [], [], 0, 0, 0, 0.0
     start = time.perf_counter()
     while done < cfg.steps:
-        n = min(chunk, cfg.steps - done)
+        n = _chunk(step0 + done, cfg.steps - done, cfg.output_every)
         state, its, bad, res, nu, ke = advance(state, n)
         done, total_its = done + n, total_its + int(its)
         short, worst = short + int(bad), max(worst, float(res))
@@ -334,12 +316,10 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
             )
         if on_progress:
             on_progress(step, float(nu), float(ke))
-        if cfg.out_dir is not None and (cfg.output_every and done % cfg.output_every == 0):
+        if cfg.out_dir is not None and cfg.output_every and step % cfg.output_every == 0:
             written += _write(cfg, grid, state, step, t, now)
     wall = time.perf_counter() - start
-    if cfg.out_dir is not None and (
-        not written or history and written[-2].stem != f"step_{step0 + done:07d}"
-    ):
+    if _final_write(cfg, written, done, step0 + done, restarted=last is not None):
         written += _write(cfg, grid, state, step0 + done, t0 + done * flow.dt, now)
     mean_its = total_its / max(done, 1)
     step_phases, step_traffic = traced_step(
