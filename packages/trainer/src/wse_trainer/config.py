@@ -3,12 +3,13 @@
 `train_input`, `eval_input` (data), `model` (a `wse_models` preset plus ModelConfig field
 overrides), `optimizer` (an optax transform and its schedule) and `runconfig` (steps,
 checkpoints, `num_csx`, the wafer). `load_config(path, overrides)` reads the file, applies
-dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML) and returns a frozen
-`TrainConfig`; ModelZoo's spellings of our settings (`runconfig.eval_steps`,
-`max_checkpoints`, `optimizer.betas`, GPT-2's model keys) are moved to ours
-(`wse_trainer.modelzoo_keys`). Unknown sections or keys, duplicate keys and wrong types are
-`ConfigError`s naming the key and what to give instead. What the values cannot run is
-checked before anything compiles by `wse_trainer.config_check.check_config`.
+dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML; `key=null` as
+`key: null` in the file, `wse_trainer.override_nulls`) and returns a frozen `TrainConfig`;
+ModelZoo's spellings of our settings (`runconfig.eval_steps`, `max_checkpoints`,
+`optimizer.betas`, GPT-2's model keys) are moved to ours (`wse_trainer.modelzoo_keys`).
+Unknown sections or keys, duplicate keys and wrong types are `ConfigError`s naming the key
+and what to give instead. What the values cannot run is checked before anything compiles by
+`wse_trainer.config_check.check_config`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from wse_trainer.optimizer_names import (
     scheduler_list,
     unused_settings,
 )
+from wse_trainer.override_nulls import null_is_value, null_meaning, unknown_null
 from wse_trainer.splits import data_dir_problem, default_splits
 
 __all__ = ["ConfigError", "InputConfig", "OPTIMIZER_NAMES", "OptimizerConfig", "READ_BY",
@@ -276,7 +278,7 @@ def _parse_override(item: str) -> tuple[str, str, Any]:
     if value is None and not raw.split("#")[0].strip():  # hunt 71: `key=$UNSET` dropped the
         raise ConfigError(  # key; Hydra reads `key=` as "": only a null drops one (Hydra's `~`)
             f"override {shown(item)} has an empty value; give a value ('' for empty text), or "
-            f"{shown(path, quote=False)}=null to drop the key and take its default"
+            f"{shown(path, quote=False)}=null {null_meaning(SECTIONS[section], section, key)}"
         )
     return section, key, value
 
@@ -309,34 +311,18 @@ def _overridden(data: Mapping[str, Any], overrides: Sequence[str]) -> tuple[dict
                 f"{shown(raw)}); give it once"
             )
         given[path] = (raw, value)
-        if value is None and key not in out.get(section, {}):
-            _known_key(section, key, item)  # hunt 71: a typo's null dropped nothing, unsaid
+        if value is None and key not in out.get(section, {}):  # hunt 71: a typo's null
+            if why := unknown_null(SECTIONS[section], section, key, item):  # dropped nothing
+                raise ConfigError(why)
         asked.setdefault(section, {})[key] = value
     asked, said = _moved(asked, nulls=True)
     for section, keys in asked.items():
         for key, value in keys.items():
             written.pop(f"{section}.{key}", None)
             out.setdefault(section, {})[key] = value
-            if value is None:  # `key=null` drops the key: its default (Hydra's `~key`; hunt 70)
-                del out[section][key]
+            if value is None and not null_is_value(SECTIONS[section], section, key):
+                del out[section][key]  # its default (Hydra's `~key`; hunt 70): `override_nulls`
     return out, written | {k: w for k, w in said.items() if w.value is not None}
-
-
-def _known_key(section: str, key: str, item: str) -> None:
-    """ConfigError for `item`, a null on a key its section cannot have, as for a value
-    (`_section`; the model's: `session.model_config`) and Hydra's `~key` of a missing key."""
-    cls, keys = SECTIONS[section], []
-    if cls is None:
-        import wse_models  # the model section's keys: ModelConfig's, its `name` the preset's
-
-        cls, keys = wse_models.ModelConfig, ["preset"]
-    keys += sorted(f.name for f in dataclasses.fields(cls) if f.name != "name")
-    zoo = modelzoo_keys.zoo_keys(section)  # ModelZoo's moved or read as ours
-    if key not in keys + zoo:
-        raise ConfigError(
-            f"unknown key {section}.{shown(key, quote=False)}{hint(section, key, keys)} in "
-            f"override {shown(item)}; valid keys: {', '.join(keys)}"
-        )
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:

@@ -235,6 +235,11 @@ def numpy_file_problem(e: BaseException) -> str:
         what = e.args[0] if e.args else repr(e)
         if isinstance(what, str) and what.endswith(" is not a file in the archive"):
             return f"array {what.removesuffix(' is not a file in the archive')!r} is missing"
+        zip_said = ("There is no item named ", " in the archive")  # zipfile's (hunt 77)
+        if isinstance(what, str) and what.startswith(zip_said[0]) and what.endswith(zip_said[1]):
+            return f"member {what[len(zip_said[0]) : -len(zip_said[1])]} is missing"
+        if isinstance(what, str) and " " in what.strip():  # another sentence: as it is
+            return " ".join(what.split())
         return f"{what} is missing"
     text = " ".join(str(e).split())
     if "pickle" in text:

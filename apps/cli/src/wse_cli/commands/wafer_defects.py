@@ -5,8 +5,10 @@ A map is drawn (`--seed`, `--defect-rate`) or loaded (`--load FILE`: a measured 
 written with `--save FILE` (hunt 76: maps could only be drawn). The file is the one format of
 `wse_core.hw.defect_files`: an `.npz` whose `dead` is a 2-D bool array of the physical grid
 (`np.savez(FILE, dead=mask)` makes one), with the optional `seed`, `rate` and `wafer` that
-`--save` adds. A bad file is refused in one line (exit code 2) before anything is written;
-`--save` writes aside and renames, so a failed write leaves an existing file as it was.
+`--save` adds. The map's measured dead fraction is shown beside its rate (a file's stated
+rate may be far from it: a rate is a probability, refused only where it cannot draw the
+map). A bad file is refused in one line (exit code 2) before anything is written; `--save`
+writes aside and renames, so a failed write leaves an existing file as it was.
 
 `--json` lists the dead PEs as [row, col] and the repair's logical -> physical maps
 (`phys_row[r]`: the physical row of logical row r; `phys_col[r][c]`: the physical column of
@@ -106,9 +108,12 @@ def defects(
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
-    where = f"map {load}" if load else f"rate {dm.rate:g}, seed {seed}"
+    where = f"rate {dm.rate:g}, seed {seed}"
+    if load:  # the measured fraction beside a stated rate (hunt 77: rate 1.0 over 167 dead)
+        where = f"map {load}" + ("" if dm.rate == _fraction(dm) else f", rate {dm.rate:g}")
     typer.echo(
-        f"{s.name}: {dm.num_dead} dead of {dm.dead.size:,} physical PEs ({where}); "
+        f"{s.name}: {dm.num_dead} dead of {dm.dead.size:,} physical PEs, "
+        f"a dead fraction of {_fraction(dm):.3g} ({where}); "
         f"repairable: {retired_text(rm.retired_rows)} ({rm.spare_rows_used}/"
         f"{s.spare_rows} spare rows used) and at most {rm.spare_cols_used}/{s.spare_cols} "
         f"spare columns per row used; detour hops N-S {rm.extra_hops['ns_total']}, "
@@ -149,9 +154,10 @@ def _listing(s, dm, load: Path | None, save: Path | None) -> dict:
     out: dict = {
         "preset": s.name,
         "seed": dm.seed,
-        "rate": dm.rate,
+        "rate": dm.rate,  # drawn at (a file's stated, else its dead fraction)
         "map_file": str(load) if load else None,
         "dead_pes": dm.num_dead,
+        "dead_fraction": _fraction(dm),  # measured, beside the rate (hunt 77)
         "physical_grid": list(dm.shape),
         "dead": _listed(np.argwhere(dm.dead)) if dm.num_dead <= MAX_LISTED else None,
         "listed": (
@@ -162,6 +168,11 @@ def _listing(s, dm, load: Path | None, save: Path | None) -> dict:
     if save:
         out["saved"] = str(save)
     return out
+
+
+def _fraction(dm) -> float:
+    """The map's dead PEs over its physical PEs, as `load_defect_map` reads an absent rate."""
+    return dm.num_dead / dm.dead.size if dm.dead.size else 0.0
 
 
 def _listed(a):

@@ -37,7 +37,13 @@ import numpy as np
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 
-from wse_hpc.tlrmvm.budget import fits_program, program_rectangle, refuse_grid, refuse_sram
+from wse_hpc.tlrmvm.budget import (
+    ChunkFit,
+    fits_program,
+    program_rectangle,
+    refuse_grid,
+    refuse_sram,
+)
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import PlanBase, bases_itemsize, ceil_div
 
@@ -215,18 +221,17 @@ def plan_grouped(
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
     fits, too_big, sizes = [], None, sorted({min(s, max(mt, nt)) for s in GROUP_SIZES})
-    least_w = []  # per size: the least rank chunk whose grid fits the PEs and SRAM (hunt 76)
+    arrangements = []  # per size: the least rank chunk whose grid fits the PEs (hunt 76, 77)
     for s in sizes:
         ring = ceil_div(max(mt, nt), s)
         cols, rows = deal_groups(ranks.sum(0), ring, s), deal_groups(ranks.sum(1), ring, s)
         deg = max(1, _largest_load(ranks.sum(0), cols), _largest_load(ranks.sum(1), rows))
 
-        def total(w: int, ring=ring, s=s) -> int:
-            return sum(_bytes(nb, ring, w, s, batch, isz, bsz).values())
+        def total(w: int, b: int = batch, ring=ring, s=s) -> int:
+            return sum(_bytes(nb, ring, w, s, b, isz, bsz).values())
 
         k = ceil_div(deg, program_rectangle(spec)[1])  # Koenig: deg colours, w a PE column
-        if fits_program((ring, 1), spec) and total(k) <= ledger.free_bytes():
-            least_w.append(k)
+        arrangements.append(ChunkFit(k if fits_program((ring, 1), spec) else None, total, deg))
         w = rank_chunk if rank_chunk is not None else ledger.largest(total, 1, deg)
         if w < 1 or total(w) > ledger.free_bytes():
             continue
@@ -235,14 +240,14 @@ def plan_grouped(
             continue
         fits.append((cols, rows, w))
     if not fits and too_big:
-        refuse_grid("grouped", *too_big, spec, asked=rank_chunk, least=min(least_w, default=None))
+        refuse_grid("grouped", *too_big, spec, asked=rank_chunk, batch=batch, fits=arrangements)
     if not fits:  # no group size fits a PE: the option to change and what fits (hunt 69)
 
         def least(w: int, b: int) -> int:  # the PE bytes of the size that needs the fewest
-            each = (_bytes(nb, ceil_div(max(mt, nt), s), w, s, b, isz, bsz) for s in sizes)
-            return min(sum(d.values()) for d in each)
+            return min(a.bytes_for(w, b) for a in arrangements)
 
-        refuse_sram(ledger, least, spec.name, rank_chunk=rank_chunk, batch=batch, nb=nb)
+        refuse_sram(ledger, least, spec.name, rank_chunk=rank_chunk, batch=batch, nb=nb,
+                    fits=arrangements)  # fmt: skip
     plans = [_coloured(op, spec, *fit, batch, real_split) for fit in fits]
     return min(plans, key=lambda p: (price(p, spec), p.padded_bases_bytes, p.windows))
 
@@ -268,7 +273,7 @@ def _coloured(
     colour = colour_slices(np.stack([row_grp[ei], col_grp[ej]], axis=1), ring, ring)
     width = ceil_div(int(colour.max(initial=0)) + 1, w)
     if not fits_program((ring, width), spec):  # never: the colours are the largest load
-        refuse_grid("grouped", (ring, width), w, spec, asked=None, least=None)
+        refuse_grid("grouped", (ring, width), w, spec, asked=None, batch=batch, fits=())
     v_rank = np.full((ring, width, w, 3), -1, np.int64)
     u_rank = np.full((ring, width, w, 3), -1, np.int64)
     edges = np.stack([ei, ej, eq], axis=1)

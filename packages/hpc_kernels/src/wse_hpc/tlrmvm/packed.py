@@ -25,7 +25,7 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 from wse_core.hw.wafer import Wafer
 
-from wse_hpc.tlrmvm.budget import fits_program, least_chunk, refuse_grid, refuse_sram
+from wse_hpc.tlrmvm.budget import ChunkFit, fits_program, least_chunk, refuse_grid, refuse_sram
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 from wse_hpc.tlrmvm.wafer import (
     FP32_PRODUCTS,
@@ -140,8 +140,13 @@ def plan_packed(
         rank_chunk = max(ledger.largest(total, 1, kmax), 1)
     elif rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
+
+    def grid(w: int) -> tuple[int, int]:  # a tile column's slices, end to end
+        return max(1, int(ceil_div(op.ranks, w).sum(0).max())), op.tiles[1]
+
+    fits = (ChunkFit(least_chunk(grid, spec, kmax), total, kmax),)  # hunt 77: --batch too
     if total(rank_chunk) > ledger.free_bytes():  # hunt 69: the option and what fits
-        refuse_sram(ledger, total, spec.name, rank_chunk=asked, batch=batch, nb=op.nb)
+        refuse_sram(ledger, total, spec.name, rank_chunk=asked, batch=batch, nb=op.nb, fits=fits)
     slot_tile, slot_q = _slots(op.ranks, rank_chunk)
     win_of, win_tile = _windows(slot_tile)
     plan = PackedPlan(
@@ -159,12 +164,7 @@ def plan_packed(
         real_split=real_split,
     )
     if not fits_program(plan.grid, spec):  # the program's PEs, not the wafer's (hunt 76)
-
-        def grid(w: int) -> tuple[int, int]:  # a tile column's slices, end to end
-            return max(1, int(ceil_div(op.ranks, w).sum(0).max())), op.tiles[1]
-
-        fit = least_chunk(grid, spec, lambda w: total(w) <= ledger.free_bytes(), kmax)
-        refuse_grid("packed", plan.grid, rank_chunk, spec, asked=asked, least=fit)
+        refuse_grid("packed", plan.grid, rank_chunk, spec, asked=asked, batch=batch, fits=fits)
     return plan
 
 

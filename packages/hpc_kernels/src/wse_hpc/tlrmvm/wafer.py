@@ -48,7 +48,7 @@ from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 from wse_core.hw.wafer import Wafer, build_wafer
 
-from wse_hpc.tlrmvm.budget import fits_program, least_chunk, refuse_grid, refuse_sram
+from wse_hpc.tlrmvm.budget import ChunkFit, fits_program, least_chunk, refuse_grid, refuse_sram
 from wse_hpc.tlrmvm.compress import TlrError, TlrOperator
 
 __all__ = [
@@ -225,11 +225,15 @@ def plan_placement(
     def total(w: int, b: int = batch) -> int:
         return sum(_bytes_per_pe(op.nb, nt, w, ceil_div(kmax, w), b, isz, bsz).values())
 
-    asked = rank_chunk
-    if rank_chunk is None:
-        rank_chunk = ledger.largest(total, 1, kmax)
+    def grid(w: int) -> tuple[int, int]:  # each band as tall as its largest rank
+        return int(np.maximum(1, ceil_div(op.ranks.max(1), w)).sum()), nt
+
+    asked, fits = rank_chunk, (ChunkFit(least_chunk(grid, spec, kmax), total, kmax),)  # hunt 77
+    if rank_chunk is None:  # the largest that fits; each band's partials shrink as w grows, so
+        free = ledger.free_bytes()  # a larger w may fit where a smaller does not (hunt 77)
+        rank_chunk = max((w for w in range(1, kmax + 1) if total(w) <= free), default=0)
         if rank_chunk < 1:  # hunt 69: say --batch and what fits, not the allocation
-            refuse_sram(ledger, total, spec.name, rank_chunk=None, batch=batch, nb=op.nb)
+            refuse_sram(ledger, total, spec.name, rank_chunk=None, batch=batch, nb=op.nb, fits=fits)
     elif rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
     bands = tuple(max(1, ceil_div(int(op.ranks[i].max()), rank_chunk)) for i in range(mt))
@@ -247,12 +251,7 @@ def plan_placement(
     for name, nbytes in plan.bytes_per_pe().items():  # an explicit rank_chunk may not fit
         ledger.allocate(name, nbytes)
     if not fits_program(plan.grid, spec):  # the program's PEs, not the wafer's (hunt 76)
-
-        def grid(w: int) -> tuple[int, int]:  # each band as tall as its largest rank
-            return int(np.maximum(1, ceil_div(op.ranks.max(1), w)).sum()), nt
-
-        fit = least_chunk(grid, spec, lambda w: total(w) <= spec.sram_bytes_per_pe, kmax)
-        refuse_grid("banded", plan.grid, rank_chunk, spec, asked=asked, least=fit)
+        refuse_grid("banded", plan.grid, rank_chunk, spec, asked=asked, batch=batch, fits=fits)
     return plan
 
 

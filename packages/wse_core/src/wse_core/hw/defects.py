@@ -30,10 +30,20 @@ import dataclasses
 
 import numpy as np
 
-from wse_core.errors import DefectError, is_finite, require_int, shown_setting
+from wse_core.errors import DefectError, is_finite, is_int, require_int, shown_setting
 from wse_core.hw.spec import WaferSpec
 
-__all__ = ["DefectMap", "Remap", "defect_map", "identity_remap", "remap"]
+__all__ = [
+    "DefectMap",
+    "Remap",
+    "SEED_MAX",
+    "defect_map",
+    "identity_remap",
+    "remap",
+    "require_seed",
+]
+
+SEED_MAX = 2**63 - 1  # a seed is a 64-bit signed integer (jax.random.key, an .npz's int64)
 
 
 def _same_fields(a: object, b: object) -> bool:
@@ -61,8 +71,9 @@ class DefectMap:
         """Refuse what no wafer's map can be, at construction (hunt 76: a map of 2s counted
         "18 dead PEs" on a row of 9, a 1-D map was an IndexError in `remap`, a NaN one a
         TypeError): `dead` a 2-D NumPy bool array (kept as a read-only copy), `seed` None or
-        an integer >= 0, `rate` a number in [0, 1] (a measured map may be all dead). Its shape
-        against a wafer's physical grid is `remap`'s check."""
+        an integer in [0, 2**63 - 1] (`SEED_MAX`, as `--seed`), `rate` a number in [0, 1] (a
+        measured map may be all dead). Its shape against a wafer's physical grid is `remap`'s
+        check."""
         dead = self.dead
         if not isinstance(dead, np.ndarray) or dead.dtype != np.bool_ or dead.ndim != 2:
             raise DefectError(f"a defect map must be a 2-D NumPy bool array (physical rows x "
@@ -71,8 +82,8 @@ class DefectMap:
             dead = dead.copy()
             dead.flags.writeable = False
             object.__setattr__(self, "dead", dead)
-        if self.seed is not None:
-            require_int("a defect map's seed", self.seed, 0, error=DefectError)
+        if self.seed is not None:  # hunt 77: a uint64 seed past 2**63 - 1 crashed `save`
+            require_seed("a defect map's seed", self.seed)
         if not (is_finite(self.rate) and 0.0 <= self.rate <= 1.0):  # type: ignore[operator]
             raise DefectError(f"a defect map's rate must be a number in [0, 1] (a fraction of "
                               f"PEs), got {shown_setting(self.rate)}")  # fmt: skip
@@ -186,10 +197,19 @@ def _check_size(spec: WaferSpec) -> None:
     )
 
 
+def require_seed(name: str, seed: object) -> None:
+    """DefectError unless `seed` is an integer in [0, SEED_MAX]: every seed of the stack is a
+    64-bit signed integer (`--seed`'s bound; a map's file keeps it as an int64)."""
+    if not (is_int(seed) and 0 <= seed <= SEED_MAX):  # type: ignore[operator]
+        raise DefectError(f"{name} must be an integer in [0, 2**63 - 1], got {shown_setting(seed)}")
+
+
 def defect_map(spec: WaferSpec, seed: int, rate: float | None = None) -> DefectMap:
     """Draw dead PEs independently at `rate` (default: the spec's) from `seed`, an integer
-    >= 0 (NumPy's seeds; hunt 67: -1, 2.5 and a rate of "0.1" failed inside NumPy)."""
-    require_int("defect seed", seed, 0, error=DefectError)
+    in [0, 2**63 - 1] (NumPy's seeds, 64-bit as every seed here; hunt 67: -1, 2.5 and a
+    rate of "0.1" failed inside NumPy)."""
+    require_int("defect seed", seed, 0, error=DefectError)  # its words since hunt 67
+    require_seed("defect seed", seed)  # and at most 2**63 - 1, before the draw
     rate = spec.defect_rate if rate is None else rate
     if not (is_finite(rate) and 0.0 <= rate < 1.0):  # type: ignore[operator]
         raise DefectError(
