@@ -22,6 +22,7 @@ from wse_core.cost.report import RunReport
 from wse_core.hw.sram import SramLedger
 from wse_core.trace import PeTrace, trace_from
 
+from wse_systems.decoder import PER_TOKEN
 from wse_systems.pipeline import PipelinePlan, StagePlan
 from wse_systems.token import price_token
 
@@ -61,8 +62,11 @@ def pipeline_traces(
     out = []
     for w in range(plan.num_wafers):
         mine = [s for s in everything if s.wafer == w]
-        work: dict[str, Any] = {s.name: np.zeros(grid) for s in everything}
-        work |= {s.name: s.region for s in mine}
+        # the head's phases are the per-token group (hunt 77: keyed "head", no phase, its work
+        # was spread over every PE of every wafer)
+        key = {id(plan.head): PER_TOKEN}
+        work: dict[str, Any] = {key.get(id(s), s.name): np.zeros(grid) for s in everything}
+        work |= {key.get(id(s), s.name): s.region for s in mine}
         work["between_wafers"] = np.zeros(grid)
         target = wafers[w] if wafers is not None else spec
         trace = trace_from(

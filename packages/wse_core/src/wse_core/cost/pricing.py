@@ -323,6 +323,7 @@ class Pricing:
         given; hunt 70), under the assumptions in force at each call (hunt 74: not the first
         call's): what `cost` uses, built once for each state of the assumptions."""
         from wse_core.cost.assumptions import active, held  # it sits above pricing
+        from wse_core.cost.unapplied import warn_unapplied
 
         state = active()  # what the calibration in force and the held values follow
         memo = self.__dict__.get("_rates_memo")
@@ -331,6 +332,7 @@ class Pricing:
             values = {**(cal.values if cal is not None else {}), **held()}
             memo = (dict(state), self.spec.replace(**values) if values else self.spec)
             object.__setattr__(self, "_rates_memo", memo)  # frozen: a cache, not a field
+            warn_unapplied(self.spec)  # hunt 77: a wafer field assumed that the spec lacks
         return memo[1]
 
     def mechanisms(self, work: Work) -> tuple[dict[str, float], str]:

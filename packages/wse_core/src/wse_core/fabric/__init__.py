@@ -133,8 +133,10 @@ def multicast_apply(
     *field_blocks)` runs on each block with `region`, x on the block's PEs and on the k PEs
     upstream of it along the direction (for "S" and "E" the margin comes first: region[k + i
     - j] along the axis is the value of the PE j steps upstream of the block's PE i; for "N"
-    and "W" it comes last: region[i + j]), and returns a placed field's block. The ledger
-    records the multicast; the emulator never copies the k values to every PE."""
+    and "W" it comes last: region[i + j]), and returns a placed field's block (any other
+    shape refused, `blocks.block_fn`; hunt 77: the region itself came back as a silently
+    mis-assembled array). The ledger records the multicast; the emulator never copies the k
+    values to every PE."""
     for f in (x, *fields):
         blk.check_field(wafer, f, "multicast_apply")
     _check_boundary(boundary)
@@ -146,7 +148,7 @@ def multicast_apply(
         return fn(region, *blocks)
 
     led.record_multicast(wafer, direction, led.words_per_pe(x), k)
-    return blk.on_blocks(wafer, on_block, x, *fields)
+    return blk.on_blocks(wafer, blk.block_fn(wafer, on_block, "multicast_apply"), x, *fields)
 
 
 def shift(
@@ -206,7 +208,9 @@ def sliding_extreme(
     distances would bring it), periodic; `start` may be negative (the run begins that many
     PEs downstream). `wrap_add`: the values are an unrolled periodic coordinate, so a value
     that comes round the end of the axis carries `wrap_add` times the turns it made (+1 past
-    the far end, -1 before the near end; an atom's x seen across the box's boundary).
+    the far end, -1 before the near end; an atom's x seen across the box's boundary), added
+    in x's dtype, which the result keeps (on an integer field an integer it holds; on bool,
+    0: `blocks.wrap_add`).
 
     The PE program: the extreme over the run by doubling, ceil(log2 width) shifts (1, 2, 4,
     ... and the remainder, each combining its partial extreme with the one that many PEs
@@ -216,6 +220,7 @@ def sliding_extreme(
     max pick a value, and adding the same `wrap_add` before or after picking rounds alike.
     """
     blk.check_field(wafer, x, "sliding_extreme")
+    add = blk.wrap_add(wrap_add, x.dtype)
     axis, sign = _direction(direction)
     size = (wafer.rows, wafer.cols)[axis]
     if op not in ("min", "max"):
@@ -237,12 +242,12 @@ def sliding_extreme(
 
     def on_block(b):
         region = blk.extend(b, wafer, axis, before, after, "periodic")
-        if wrap_add:
+        if add is not None:
             g = blk.along(
                 blk.global_index(wafer, axis, -before, region.shape[axis]), axis, region.ndim
             )
-            turn = jnp.where(g >= size, 1.0, jnp.where(g < 0, -1.0, 0.0)).astype(region.dtype)
-            region = jnp.where(turn != 0, region + wrap_add * turn, region)
+            turn = jnp.where(g >= size, 1, jnp.where(g < 0, -1, 0)).astype(region.dtype)
+            region = jnp.where(turn != 0, region + add * turn, region)
         dims = [1] * region.ndim
         dims[axis] = width
         runs = lax.reduce_window(region, init, combine, dims, (1,) * region.ndim, "VALID")
@@ -325,7 +330,8 @@ def window_apply(
     wrapped beyond the edge), the same regions of the fields in `kept` (windows the PEs
     already received in an earlier multicast and kept: not sent again, not recorded), and
     the block's part of each placed field in `fields`; fn returns placed fields' blocks
-    `(block rows, block cols, ...)` (any pytree of them).
+    `(block rows, block cols, ...)` (any pytree of them; any other shape refused,
+    `blocks.block_fn`: hunt 77, the region came back as a mis-assembled array).
 
     On the wafer this is the marching multicast of Santos et al.: every PE multicasts its
     value k_cols PEs east and west, then the (2 k_cols + 1)-wide row windows march k_rows
@@ -359,7 +365,7 @@ def window_apply(
     for _ in range(k_rows):
         led.record_shift(wafer, "S", w * (2 * k_cols + 1), 1)
         led.record_shift(wafer, "N", w * (2 * k_cols + 1), 1)
-    return blk.on_blocks(wafer, on_block, x, *kept, *fields)
+    return blk.on_blocks(wafer, blk.block_fn(wafer, on_block, "window_apply"), x, *kept, *fields)
 
 
 def local_apply(

@@ -8,8 +8,9 @@ the block edges, wrapped or zero beyond the grid, padding PEs made safe), `logic
 a block's non-padding PEs, `spanned` keeps the mesh axes a collective must combine over, and
 `check_field` refuses what is not a placed field of this wafer (`check_count` / `check_reach` a
 count or a distance that is not an integer in range; `rotation` what a periodic shift
-moves; `block_fn` a user's block function that returns something other than blocks). The
-ledger side of each op lives in `wse_core.fabric.ledger`.
+moves; `wrap_add` a sliding extreme's unrolling in the field's dtype; `block_fn` a user's
+block function that returns something other than blocks). The ledger side of each op lives
+in `wse_core.fabric.ledger`.
 
 Zero-size per-PE fields (`(rows, cols, 0)`): `on_blocks` returns zero-size outputs as
 zeros of their shape on the wafer's sharding without running the shard_map (hunt 74: XLA
@@ -28,7 +29,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wse_core.errors import PlacementError, WseError, is_int, shown_setting
+from wse_core.errors import PlacementError, WseError, is_finite, is_int, shown_setting
 from wse_core.hw.wafer import COL, ROW, Wafer
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "check_count",
     "check_reach",
     "rotation",
+    "wrap_add",
     "extreme",
     "block_fn",
 ]
@@ -300,6 +302,29 @@ def check_count(what: str, value: object, low: int) -> None:
     half-width, read by Python's range() and by slicing."""
     if not (is_int(value) and low <= value):  # type: ignore[operator]
         raise WseError(f"{what} must be an integer >= {low}, got {shown_setting(value)}")
+
+
+def wrap_add(value: Any, dtype) -> jax.Array | None:
+    """A sliding extreme's `wrap_add` as a value of the field's `dtype` (None for 0: nothing
+    added), so the result keeps x's dtype as every op does (hunt 77: 1.0 on an int32 field
+    gave float32). Refused: what is not a finite real number, a non-zero one on a bool field
+    (no coordinate to unroll), and on an integer field one it cannot hold exactly."""
+    concrete = not isinstance(value, jax.core.Tracer) and hasattr(value, "item")
+    v = value.item() if concrete and np.ndim(value) == 0 else value
+    if not is_finite(v):
+        raise WseError(f"sliding_extreme wrap_add must be a finite number, got {shown_setting(v)}")
+    if not v:
+        return None
+    dt = np.dtype(dtype)
+    if dt == np.bool_ or (dt.kind in "iu" and not (v == int(v) and _holds(dt, int(v)))):
+        want = "0 (a bool field has no coordinate)" if dt == np.bool_ else f"an integer {dt} holds"
+        raise WseError(f"sliding_extreme wrap_add on a {dt} field must be {want}, got {v!r}")
+    return jnp.asarray(v, dtype)
+
+
+def _holds(dt: np.dtype, v: int) -> bool:
+    info = np.iinfo(dt)
+    return int(info.min) <= v <= int(info.max)
 
 
 def rotation(wafer: Wafer, axis: int, distance: int, boundary: str) -> tuple[int, bool]:

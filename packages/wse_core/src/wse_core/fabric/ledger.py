@@ -3,7 +3,8 @@
 `wse_core.fabric` moves the data and calls these at trace time: `words_per_pe` (32-bit words
 of one per-PE value), `hops` (mean and max physical hops per logical link along a grid axis,
 detours around dead PEs included), `chain_hops` (the physical hops of the slowest chain of
-consecutive links along an axis), and `record_multicast`, `record_shift`, `record_reduce`,
+consecutive links along an axis), `flood_hops` (a flood's from a PE of each line out to
+both ends), and `record_multicast`, `record_shift`, `record_reduce`,
 `record` (one `Traffic` entry: words, word-hops, busiest-link words, latency hops).
 
 A chain's latency is its slowest line's: the most physical hops, over the rows (or columns)
@@ -48,6 +49,7 @@ __all__ = [
     "words_per_pe",
     "hops",
     "chain_hops",
+    "flood_hops",
     "record",
     "record_multicast",
     "record_shift",
@@ -169,6 +171,20 @@ def chain_hops(wafer: Wafer, axis: int, span: int) -> float:
         k = min(span, run.shape[1] - 1)
         kept[key] = int((run[:, k:] - run[:, :-k]).max())
     return float(span + kept[key])
+
+
+def flood_hops(wafer: Wafer, axis: int, source: int) -> float:
+    """Physical hops of a flood from PE `source` of every line along `axis` out to both ends
+    (the routers forward each wavelet both ways at once): the slowest line's longer side,
+    max(source, n - 1 - source) links plus that side's detours (either side may be the
+    slower where detours lie on the shorter one)."""
+    n = (wafer.rows, wafer.cols)[axis]
+    run = _detour_runs(wafer, axis)
+    if run is None:
+        return float(max(source, n - 1 - source))
+    before = source + run[:, source]
+    after = (n - 1 - source) + run[:, -1] - run[:, source]
+    return float(np.maximum(before, after).max())
 
 
 def _centre_detour(wafer: Wafer, axis: int, line: int | None = None) -> int:

@@ -159,23 +159,45 @@ def allreduce_apply(
 ) -> jax.Array:
     """`allreduce(wafer, partials, "sum", axis=axis)` of per-PE partials that fn computes
     already summed over each block's PEs: `fn(*field_blocks)` returns the block's sums along
-    each row, `(block rows, *per_pe)` (axis="row"; for "col", `(block cols, *per_pe)`); the
-    blocks' sums are added across devices and every PE gets its row's (column's) total, as a
-    placed field `(rows, cols, *per_pe)`. fn must give padding PEs no weight (`wafer.place`
-    fills them with zeros). The ledger records the allreduce of `per_pe`-shaped partials."""
+    each row, `(block rows, *per_pe)` (axis="row"; for "col", `(block cols, *per_pe)`; any
+    other leading axis refused, as are scalars); the blocks' sums are added across devices
+    and every PE gets its row's (column's) total, as a placed field `(rows, cols, *per_pe)`.
+    The ledger records the allreduce of `per_pe`-shaped partials.
+
+    Padding PEs enter fn as zeros of each field's dtype, whatever the field holds there
+    (hunt 77: `wafer.full` and other ops' outputs hold values on padding, which were summed
+    in): a sum of products of the fields gives them no weight. A fn that gives a zero PE
+    weight (`exp(b)`, `b - 1`, a max against a negative floor) must mask them itself: pass
+    a placed field of ones (`wafer.full((), 1.0)`, zero on padding as fn sees it) and
+    multiply by it."""
     for f in fields:
         blk.check_field(wafer, f, "allreduce_apply")
     if axis not in ("row", "col"):
         raise WseError(f"unknown reduction axis {axis!r}; use 'row' or 'col'")
     grid_axes, mesh_axes = _axes_for(axis)
     spanned, red = blk.spanned(wafer, mesh_axes), grid_axes[0]
+    kept = wafer.block_shape[1 - red]  # the block's rows (axis="row") or columns
+    padded = wafer.padded_shape != (wafer.rows, wafer.cols)
 
     def on_block(*blocks):
-        part = jnp.expand_dims(fn(*blocks), red)
+        if padded:  # no-op on an unpadded grid: skip the selects
+            blocks = tuple(
+                jnp.where(blk.logical_mask(wafer, b.ndim), b, jnp.zeros((), b.dtype))
+                for b in blocks
+            )
+        part = fn(*blocks)
+        shape = tuple(getattr(part, "shape", ()))
+        if not shape or shape[0] != kept:
+            along = "block rows" if axis == "row" else "block cols"
+            raise PlacementError(
+                f"fabric.allreduce_apply's fn must return the block's sums along each {axis}, "
+                f"({along} = {kept}, *per_pe); got shape {shape}"
+            )
+        part = jnp.expand_dims(part, red)
         part = lax.psum(part, spanned) if spanned else part
-        shape = list(part.shape)
-        shape[red] = wafer.block_shape[red]
-        return jnp.broadcast_to(part, shape)
+        out = list(part.shape)
+        out[red] = wafer.block_shape[red]
+        return jnp.broadcast_to(part, out)
 
     out = blk.on_blocks(wafer, on_block, *fields)
     led.record_reduce(wafer, out, grid_axes, "allreduce_sum", both=True, dtype=out.dtype)
@@ -205,7 +227,13 @@ def reduce(wafer: Wafer, x: jax.Array, op: ReduceOp = "sum") -> jax.Array:
 
 def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: int) -> jax.Array:
     """Give every PE of each row (axis="row") the value of that row's PE in column `source`
-    (or, axis="col", of each column's PE in row `source`)."""
+    (or, axis="col", of each column's PE in row `source`).
+
+    On the wafer the source's router floods its value out both ways along the line at once
+    (the ledger's links E and W, or N and S, as the allreduce floods its result out of the
+    centre): the chain is the longer side, max(source, n - 1 - source) links with its
+    detours (`ledger.flood_hops`; hunt 77: it was the whole line, n - 1, wherever the
+    source sat, so a broadcast from the centre was priced twice as long as its flood)."""
     blk.check_field(wafer, x, "broadcast")
     grid_axis = {"row": 1, "col": 0}.get(axis)
     if grid_axis is None:
@@ -238,7 +266,7 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
         lines * w,
         lines * w * (size - 1) * mean_h,
         w,
-        led.chain_hops(wafer, grid_axis, size - 1),  # the slowest line's, end to end
+        led.flood_hops(wafer, grid_axis, source),  # the slowest line's longer side
         {"E": w, "W": w} if grid_axis == 1 else {"N": w, "S": w},  # out from the source
     )
     return blk.on_blocks(wafer, on_block, x)

@@ -319,6 +319,20 @@ def _check_defects(seed: object, rate: float | None) -> None:
         raise DefectError(f"defect_seed must be an integer >= 0, got {got}")
 
 
+def _check_devices(devs: list) -> None:
+    """Hunt 77: a device twice or a name ("cpu0") built a wafer whose `place` then failed in
+    JAX (safe_zip, AttributeError); each device once, as jax.devices() gives them."""
+    for d in devs:
+        if not isinstance(d, jax.Device):
+            raise PlacementError(
+                f"devices must be JAX devices (jax.devices()), got a {type(d).__name__} "
+                f"{shown(repr(d), quote=False)}"
+            )
+    if len(set(devs)) < len(devs):
+        twice = next(d for i, d in enumerate(devs) if d in devs[:i])
+        raise PlacementError(f"devices lists {twice} twice; a mesh holds each device once")
+
+
 def build_wafer(
     spec: WaferSpec,
     *,
@@ -343,6 +357,8 @@ def build_wafer(
             f"{spec.pe_rows} x {spec.pe_cols} PEs"
         )
     devs = list(devices if devices is not None else jax.devices())
+    devs = [devices] if isinstance(devices, str) else devs  # one name, not its letters
+    _check_devices(devs)
     if mesh_shape is None:
         mesh_shape = choose_mesh_shape(rows, cols, len(devs))
     mr, mc = _pe_pair("mesh_shape", mesh_shape)

@@ -26,6 +26,11 @@ survive (what `downsample` makes of the full grid), computed per rectangle of eq
 never per PE (`_Cells`). Dead PEs are a list of physical (row, col); named regions, SRAM
 allocations and each leaf phase's critical PE (full-grid coordinates) live in the header.
 
+The inputs are checked first (`wse_core.trace.inputs`: the grid within the spec's, names of
+the report's phases, finite fractions, regions on the grid) and the trace built is refused,
+as `TraceError`, where `load` would refuse its file (`_loadable`, the reader's own checks):
+what `trace_from` returns, `save` writes and `wse view` reads (hunt 77).
+
 The schema (`PeTrace`, `LAYERS`, `MAX_CELLS`, `downsample`, `PeTrace.save`) lives in
 `wse_core.trace.schema`, the checked reading of its file (`load`) in `wse_core.trace.reader`;
 both are re-exported here.
@@ -33,6 +38,7 @@ both are re-exported here.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -41,9 +47,12 @@ import numpy as np
 
 from wse_core.cost.perf import Phase, Phases, Timing
 from wse_core.cost.report import RunReport
+from wse_core.errors import numpy_file_problem, shown
 from wse_core.hw.defects import DefectMap, remap
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region, SramLedger
+from wse_core.trace import reader
+from wse_core.trace.inputs import check_sram, checked_regions, grid_of, leaves, used_weights
 from wse_core.trace.reader import load
 from wse_core.trace.schema import (
     DIRECTIONS,
@@ -108,15 +117,6 @@ def _tree(node: Phase | Phases, timing: Timing, k: float, weight_of):
     return (0.0 if busy is None else busy), parts, links
 
 
-def _leaves(node: Phase | Phases, path: tuple[str, ...] = ()):
-    """(leaf, path of group names above it, nearest last)."""
-    if isinstance(node, Phase):
-        yield node, path
-        return
-    for p in node.parts:
-        yield from _leaves(p, path + ((node.name,) if node.name else ()))
-
-
 class _Cells:
     """The grid cut into rectangles on which every layer is constant (by the block edges, the
     regions' and allocations' edges, and the rows and columns where a per-PE array changes):
@@ -160,27 +160,6 @@ def _breaks(w: np.ndarray) -> np.ndarray:
     return 1 + np.flatnonzero((w[1:] != w[:-1]).any(axis=1))
 
 
-def _used_weights(report: RunReport, shape: tuple[int, int], per_pe_work) -> dict[int, Any]:
-    """Each leaf phase's `per_pe_work` entry (by id; None: every PE), arrays checked to be
-    `shape` with values in [0, 1]."""
-    out: dict[int, Any] = {}
-    checked: dict[str, Any] = {}  # one entry per name, shared by its leaves
-    for leaf, path in _leaves(report.phases):
-        name = next((n for n in (leaf.name, *reversed(path)) if n in per_pe_work), None)
-        if name is not None and name not in checked:
-            w = per_pe_work[name]
-            if not isinstance(w, Region):
-                w = np.asarray(w, dtype=np.float64)
-                if w.shape != shape or w.min() < 0 or w.max() > 1 + 1e-12:
-                    raise ValueError(
-                        f"per_pe_work[{name!r}] must be a {shape} array in [0, 1] (the fraction "
-                        f"of the phase's busiest-PE work each PE does), got shape {w.shape}"
-                    )
-            checked[name] = w
-        out[id(leaf)] = None if name is None else checked[name]
-    return out
-
-
 def _cuts(used: dict[int, Any], rects: list[Region]) -> tuple[np.ndarray, np.ndarray]:
     """Where the layers may change value: the rectangles' edges and the arrays' changes."""
     arrays = {id(w): w for w in used.values() if isinstance(w, np.ndarray)}.values()
@@ -194,7 +173,7 @@ def _cuts(used: dict[int, Any], rects: list[Region]) -> tuple[np.ndarray, np.nda
 
 
 def _rect(r: Region) -> list[int]:
-    return [r.row0, r.col0, r.rows, r.cols]
+    return [int(r.row0), int(r.col0), int(r.rows), int(r.cols)]  # JSON ints, as load reads
 
 
 def _weights(used: dict[int, Any], cells: _Cells) -> dict[int, Any]:
@@ -289,13 +268,12 @@ def trace_from(
     layers."""
     is_spec = isinstance(wafer_or_spec, WaferSpec)
     spec: WaferSpec = wafer_or_spec if is_spec else wafer_or_spec.spec
-    if grid is None:
-        grid = (spec.pe_rows, spec.pe_cols) if is_spec else (wafer_or_spec.rows, wafer_or_spec.cols)
-    shape = (int(grid[0]), int(grid[1]))
+    whole = (spec.pe_rows, spec.pe_cols) if is_spec else (wafer_or_spec.rows, wafer_or_spec.cols)
+    shape = grid_of(spec, grid, whole)
     sram = sram if sram is not None or is_spec else wafer_or_spec.sram
-    if sram is not None and (sram.rows, sram.cols) != shape:
-        raise ValueError(f"the SRAM ledger is {sram.rows} x {sram.cols}; the grid {shape}")
-    used = _used_weights(report, shape, per_pe_work or {})
+    check_sram(sram, shape)
+    regions = checked_regions(regions, shape)
+    used = used_weights(report, shape, per_pe_work or {})
     rects = [w for w in used.values() if isinstance(w, Region)]
     rects += [a.region for a in sram.allocations] if sram is not None else []
     cells = _Cells(shape, _block(shape, max_cells), _cuts(used, rects))
@@ -317,7 +295,7 @@ def trace_from(
     layers["detour_hops"] = _detours(repaired, cells)
     phases = _phase_rows(report, weights, busy, cells)
     shown = [{"name": r.name, "rect": _rect(r)} for r in regions]
-    return PeTrace(
+    trace = PeTrace(
         name=report.name,
         wafer=spec.name,
         rows=shape[0],
@@ -338,6 +316,22 @@ def trace_from(
             "bound": report.bound,
         },
     )
+    return _loadable(trace)
+
+
+def _loadable(trace: PeTrace) -> PeTrace:
+    """`trace`, if `load` reads back what `PeTrace.save` writes of it; else a TraceError naming
+    what the reader would refuse (its own checks, on the header as JSON gives it back).
+    Hunt 77: traces were built and saved that `wse view` then refused."""
+    try:
+        head = json.loads(json.dumps(trace.header()))
+        reader._checked(reader._trace(head, {"dead": np.asarray(trace.dead), **trace.layers}))
+        reader._require_plain(head, "")  # after: a NaN layer is named, not its total
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise TraceError(
+            f"trace {shown(trace.name)} is not one wse view reads: {numpy_file_problem(e)}"
+        ) from None
+    return trace
 
 
 def _block(shape: tuple[int, int], max_cells: int) -> int:
@@ -354,7 +348,7 @@ def _block(shape: tuple[int, int], max_cells: int) -> int:
 def _phase_rows(report: RunReport, weights: dict[int, Any], busy: Any, cells: _Cells) -> list[dict]:
     rows = []
     timings = {id(p): t for p, t in _pairs(report.phases, report.predicted)}
-    walk = zip(_leaves(report.phases), report.phases.leaves(), strict=True)
+    walk = zip(leaves(report.phases), report.phases.leaves(), strict=True)
     for (leaf, path), (_, repeats) in walk:
         t = timings[id(leaf)]
         rows.append(

@@ -63,7 +63,8 @@ _SPEC = {layer.key: layer for layer in LAYERS}
 
 
 class TraceError(WseError):
-    """A trace file is missing, unreadable or of another schema version."""
+    """A trace cannot be built as asked (`trace_from`'s inputs, or a trace `load` would
+    refuse), or a trace file is missing, unreadable, invalid or of another schema version."""
 
 
 @dataclasses.dataclass(frozen=True)
