@@ -106,8 +106,8 @@ def test_wafer_figures_that_describe_no_machine_are_refused(tmp_path, spec, mess
         ([*TRAIN[:-1], "0.5"], "--tokens must be a finite number in [1, 1e+17] (tokens)"),
         ([*INFER, "--days", "1e-300"], "--days must be a finite number in [1, 36500] (days)"),
         ([*INFER, "--users", "1", "--wafers", "20480"],
-         "--wafers 20480: a replica holds at least one of the model's 32 layers on each wafer; "
-         "give --wafers in [1, 32]"),
+         "--wafers 20480: each wafer holds at least one of the model's 32 layers; give "
+         "--wafers in [1, 32]"),  # hunt 77: the range from the fewest wafers that hold it
         ([*INFER, "--draft", "llama3-70b", "--alpha", "0.5"],
          "--draft llama3-70b (70.6B parameters) is larger than the model llama3-8b (8.03B)"),
     ],

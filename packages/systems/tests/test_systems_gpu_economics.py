@@ -60,7 +60,11 @@ def test_data_parallel_pays_the_exposed_ring():
     assert s.allreduce_s == pytest.approx(ring)
     assert s.step_s == pytest.approx(compute + ring - 2 / 3 * compute)
     piped = gpum.train_step(SHAPE, ROUND, num_gpus=2, batch=4, seq_len=1000, mfu=0.5)
-    assert piped.layout.pp == 2 and piped.bubble_s == pytest.approx(piped.compute_s / 4)
+    # hunt 77: each of the 4 micro-batches sends 1000 x 256 bf16 activations forward and their
+    # gradients back over IB (one GPU a node); the bubble is a quarter of compute and sends
+    sends = 4 * 2 * (2 * 1000 * 256 / 1e9 + 1e-5)
+    assert piped.layout.pp == 2 and piped.stage_sends_s == pytest.approx(sends)
+    assert piped.bubble_s == pytest.approx((piped.compute_s + sends) / 4)
 
 
 def test_too_few_gpus_names_the_count_that_fits():

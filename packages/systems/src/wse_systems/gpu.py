@@ -30,13 +30,14 @@ layers and the output head, not the embedding lookup; L layers, H Q = heads x he
 sequence length, causal masking not discounted, which is how MFU figures are quoted). The
 step runs at `mfu` of peak (an input; default `TRAIN_MFU` 0.4, the assumption
 `gpu.train_mfu`). The layout (data x tensor x pipeline
-parallel, tensor parallel inside a node) is the fastest that fits memory: 16 bytes per
-parameter (bf16 weights and gradients, fp32 master and two Adam moments; ZeRO paper's mixed
-precision accounting) over tp x pp GPUs, plus activations under full recompute (each layer's
-bf16 input kept, 2 s d bytes per sequence per layer, and one layer's working set 34 s d
-bytes, Korthikanti et al. 2022 with flash attention), micro-batches of one sequence, 1F1B
-(at most L layer inputs in flight per GPU). The pipeline bubble adds (pp - 1) / m of the
-busy time (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken
+parallel, tensor parallel inside a node) is the fastest of those that fit memory and whose
+data-parallel ranks divide the global batch, as Megatron-LM requires (`wse_systems.gpu_layout`:
+the memory accounting, the layouts, hunt 77's rule), micro-batches of one sequence, 1F1B (at
+most L layer inputs in flight per GPU): each rank runs m = batch / dp micro-batches, its
+compute that of m dp sequences over the GPUs. At pp > 1 each micro-batch sends its
+activations forward and its gradients back (`gpu_layout.stage_hop_s`: the serving model's
+hop, InfiniBand past one node); the pipeline bubble adds (pp - 1) / m of the busy time and
+the sends (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken
 to be inside the MFU (and in the floor below). Gradients (bf16) are ring-all-reduced over the
 data-parallel group on NVLink when it fits in one node, else InfiniBand, overlapping the
 backward pass (2/3 of the busy time): only the excess is exposed.
@@ -72,18 +73,27 @@ from wse_core.cost.reads import read, recording
 from wse_core.errors import SpecError, WseError, suggest
 
 from wse_systems.gpu_kernels import KERNEL, KERNEL_KEY, KERNELS_PER_LAYER, KERNELS_PER_STEP
+from wse_systems.gpu_layout import (
+    BYTES_PER_PARAM_TRAIN,
+    SENDS_PER_MICRO,
+    USABLE_MEMORY,
+    WEIGHT_BYTES,
+    GpuLayoutError,
+    GpuMemoryError,
+    TrainLayout,
+    layouts,
+    min_train_gpus,
+    no_layout_error,
+    stage_hop_s,
+)
 from wse_systems.transformer import DecoderShape, attn_dim, matmul_params, num_params
 
 __all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY",
-           "GpuSpec", "GpuMemoryError", "ModelShape", "TrainLayout", "TrainStep", "TrainFloor",
-           "gpu_spec", "ring_allreduce_s", "train_flops_per_token", "train_step",
-           "train_floor", "TRAIN_PASSES", "AROUND_PASSES", "OPTIMIZER_KERNELS_PER_LAYER",
-           "TP_ALLREDUCES_PER_LAYER", "min_train_gpus"]  # fmt: skip
+           "GpuSpec", "GpuMemoryError", "GpuLayoutError", "ModelShape", "TrainLayout",
+           "TrainStep", "TrainFloor", "gpu_spec", "ring_allreduce_s", "train_flops_per_token",
+           "train_step", "train_floor", "TRAIN_PASSES", "AROUND_PASSES",
+           "OPTIMIZER_KERNELS_PER_LAYER", "TP_ALLREDUCES_PER_LAYER", "min_train_gpus"]  # fmt: skip
 
-BYTES_PER_PARAM_TRAIN = 16  # bf16 weight + bf16 grad + fp32 master + Adam m, v
-USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
-WEIGHT_BYTES = 2  # bf16 weights, gradients and activations
-ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
 TRAIN_MFU = 0.4  # share of the tensor peak a training step reaches: `TRAIN_MFU_CONSTANT`
 TRAIN_MFU_CONSTANT = Constant(
     units="of peak",
@@ -105,10 +115,6 @@ TRAIN_PASSES = 4  # a layer a micro-batch: forward 1 + full recompute 1 + backwa
 AROUND_PASSES = 3  # the embedding, final norm, head and loss: forward 1 + backward 2
 OPTIMIZER_KERNELS_PER_LAYER = 1  # a step: a fused multi-tensor AdamW launch a layer
 TP_ALLREDUCES_PER_LAYER = 6  # a micro-batch, tp > 1: Megatron's 2 fwd + 2 bwd + 2 recompute
-
-
-class GpuMemoryError(WseError):
-    """A model does not fit the GPUs asked for."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -207,17 +213,6 @@ def train_flops_per_token(model: DecoderShape, seq_len: int) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainLayout:
-    dp: int
-    tp: int
-    pp: int
-    bytes_per_gpu: float  # states + activations
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass(frozen=True)
 class TrainFloor:
     """A step's floor on one GPU (`train_floor`): `kernels` launches at `kernel_s` each and
     `tp_allreduce_s` of tensor-parallel all-reduces, over the micro-batches, no bubble."""
@@ -240,6 +235,7 @@ class TrainStep:
     exposed_allreduce_s: float
     layout: TrainLayout
     floor: TrainFloor  # the kernels' and tp all-reduces' floor (`train_floor`)
+    stage_sends_s: float = 0.0  # pp > 1: a rank's sends between stages, no bubble (hunt 77)
 
     @property
     def bound(self) -> str:  # what sets the busy time
@@ -247,26 +243,6 @@ class TrainStep:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _train_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> float:
-    states = BYTES_PER_PARAM_TRAIN * num_params(model) / (tp * pp)
-    inputs = model.n_layers * WEIGHT_BYTES * seq_len * model.d_model / tp
-    working = ACT_WORKING * seq_len * model.d_model / tp
-    return states + inputs + working
-
-
-def _layouts(model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int, batch: int):
-    """Every (dp, tp, pp) of num_gpus that fits memory and has a sequence per data rank."""
-    usable = USABLE_MEMORY * gpu.memory_bytes
-    for tp in (t for t in (1, 2, 4, 8) if t <= gpu.gpus_per_node and num_gpus % t == 0):
-        for pp in range(1, model.n_layers + 1):
-            if num_gpus % (tp * pp):
-                continue
-            dp = num_gpus // (tp * pp)
-            need = _train_bytes(model, seq_len, tp, pp)
-            if dp <= batch and need <= usable:
-                yield TrainLayout(dp, tp, pp, need)
 
 
 def train_floor(
@@ -289,18 +265,21 @@ def train_floor(
 
 
 def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
-    n = layout.dp * layout.tp * layout.pp
-    compute = batch * seq_len * train_flops_per_token(model, seq_len) / (n * gpu.peak_flops * mfu)
+    n, micro = layout.dp * layout.tp * layout.pp, math.ceil(batch / layout.dp)
+    # the busiest rank's micro-batches (hunt 77: batch / n; `layouts` keeps dp | batch)
+    flops = micro * layout.dp * seq_len * train_flops_per_token(model, seq_len)
+    compute = flops / (n * gpu.peak_flops * mfu)
     busy = max(compute, floor.floor_s)
-    micro = math.ceil(batch / layout.dp)
-    bubble = busy * (layout.pp - 1) / micro
+    sends = SENDS_PER_MICRO * micro * stage_hop_s(model, gpu, layout, seq_len)
+    bubble = (busy + sends) * (layout.pp - 1) / micro
     in_node = n <= gpu.gpus_per_node
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
     grad_bytes = WEIGHT_BYTES * num_params(model) / (layout.tp * layout.pp)
     ring = ring_allreduce_s(grad_bytes, layout.dp, bw, lat)
     exposed = max(0.0, ring - busy * 2 / 3)
-    return TrainStep(busy + bubble + exposed, compute, bubble, ring, exposed, layout, floor)
+    step_s = busy + sends + bubble + exposed
+    return TrainStep(step_s, compute, bubble, ring, exposed, layout, floor, sends)
 
 
 def train_step(
@@ -312,15 +291,17 @@ def train_step(
     seq_len: int,
     mfu: float | None = None,
 ) -> TrainStep:
-    """One step of `batch` sequences of `seq_len` tokens on `num_gpus` GPUs, fastest layout,
-    at `mfu` of peak (None: `TRAIN_MFU`, or the value `--assume gpu.train_mfu=F` gives, read
+    """One step of `batch` sequences of `seq_len` tokens on `num_gpus` GPUs, fastest layout
+    (`gpu_layout.layouts`: dp divides `batch`), with its sends between stages, at `mfu` of
+    peak (None: `TRAIN_MFU`, or the value `--assume gpu.train_mfu=F` gives, read
     as an assumption: `wse_core.cost.reads`), and at least its kernels and tensor-parallel
     all-reduces (`train_floor`, at the `gpu.kernel_s` in force: `gpu_kernels.KERNEL_KEY`;
     hunt 76: the floor was a caller's option, and `weight-streaming` priced none). Each
     assumption read is noted as moving the step only where an end of its sweep moves it.
 
     Raises GpuMemoryError (naming the smallest count that holds the model) when no layout of
-    `num_gpus` fits, or when more data-parallel ranks than sequences would be needed.
+    `num_gpus` fits, GpuLayoutError (a GpuMemoryError naming the nearest counts that have
+    one) when none that fits has data-parallel ranks dividing `batch` (`no_layout_error`).
     """
     asked = mfu
     with recording(isolated=True):  # noted below: as moving where they move the step
@@ -331,10 +312,10 @@ def train_step(
             f"num_gpus, batch and seq_len must be >= 1 and 0 < mfu <= 1, got "
             f"{num_gpus}, {batch}, {seq_len}, {mfu}"
         )
-    layouts, job = list(_layouts(model, gpu, num_gpus, seq_len, batch)), (seq_len, batch)
+    runs, job = list(layouts(model, gpu, num_gpus, seq_len, batch)), (seq_len, batch)
 
     def fastest(m: float, k: float) -> TrainStep | None:  # at MFU m and kernel_s k
-        steps = (_priced(model, gpu, x, job, (m, k)) for x in layouts)
+        steps = (_priced(model, gpu, x, job, (m, k)) for x in runs)
         return min(steps, key=lambda x: x.step_s, default=None)
 
     best = fastest(mfu, kernel_s)
@@ -345,13 +326,7 @@ def train_step(
         read(TRAIN_MFU_KEY, mfu, _moves(lambda v: fastest(v, kernel_s), sweep, best))
     read(KERNEL_KEY, kernel_s, _moves(lambda v: fastest(mfu, v), KERNEL.sweep, best))
     if best is None:
-        need = min_train_gpus(model, gpu, seq_len=seq_len)
-        raise GpuMemoryError(
-            f"{num_gpus} x {gpu.name} cannot train this model "
-            f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes + "
-            f"activations, batch {batch}): use at least {need} GPUs, at most "
-            f"{batch} data-parallel ranks x tensor x pipeline"
-        )
+        raise no_layout_error(model, gpu, num_gpus, seq_len=seq_len, batch=batch)
     return best
 
 
@@ -366,17 +341,3 @@ def _moves(fastest: Callable[[float], TrainStep | None], sweep, now: TrainStep |
     """Whether an end of `sweep` moves the fastest step (`fastest(value)`) from `now`."""
     ends = (min(sweep), max(sweep))
     return now is not None and any(fastest(v).step_s != now.step_s for v in ends)
-
-
-def min_train_gpus(model: DecoderShape, gpu: GpuSpec, *, seq_len: int) -> int:
-    """The fewest GPUs (tp <= node, pp <= layers) whose training state fits."""
-    usable = USABLE_MEMORY * gpu.memory_bytes
-    best = [
-        tp * pp
-        for tp in (1, 2, 4, 8)
-        for pp in range(1, model.n_layers + 1)
-        if _train_bytes(model, seq_len, tp, pp) <= usable
-    ]
-    if not best:
-        raise GpuMemoryError(f"no layout of {gpu.name} GPUs holds this model's training state")
-    return min(best)

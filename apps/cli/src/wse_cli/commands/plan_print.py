@@ -51,6 +51,7 @@ def _rows(plan) -> list[tuple[str, str, str]]:
         ("steps", _steps(plan.inputs), gpu(lambda g: "the same")),  # hunt 76: whole steps
         ("step", duration(w["step_s"]), gpu(lambda g: duration(g["step_s"]))),
         ("GPU step floor", "-", gpu(_train_floor)),
+        ("GPU step parts", "-", gpu(_gpu_parts)),
         ("tokens/s", f"{w['tokens_per_s']:,.4g}",
          gpu(lambda g: f"{tokens / g['step_s']:,.4g}")),
         # hunt 68: an fp32 wafer job was set against a bf16 GPU job, neither named
@@ -92,6 +93,14 @@ def _train_floor(g: dict) -> str:
     tp = f" + tp all-reduces {duration(f['tp_allreduce_s'])}" if f["tp_allreduce_s"] else ""
     return (f"{duration(f['floor_s'])}: {f['kernels']:,} kernels x {f['kernel_s'] * 1e6:g} us"
             f"{tp} ({g['step_bound']} bound)")  # fmt: skip
+
+
+def _gpu_parts(g: dict) -> str:
+    """The GPU step's layout and what it adds to compute (hunt 77: pipeline sends priced)."""
+    lay, d = g["layout"], duration
+    return (f"dp {lay['dp']} x tp {lay['tp']} x pp {lay['pp']}: compute {d(g['compute_s'])}, "
+            f"stage sends {d(g['stage_sends_s'])}, bubble {d(g['bubble_s'])}, exposed "
+            f"all-reduce {d(g['exposed_allreduce_s'])}")  # fmt: skip
 
 
 def _scaling(w: dict) -> str:
@@ -162,6 +171,13 @@ _NO_WINDOW = "none (one output token: the prompt's pass emits it)"
 def _match_speed(w: dict, gpus: int | None) -> str:
     """GPUs to match the wafers' per-user speed: "n/a" where it is (hunt 76: it printed 1)."""
     return "n/a" if w["tokens_per_s_per_user"] is None else count(gpus)
+
+
+def _match_both(w: dict, gpus: int | None) -> tuple[str, str, str]:
+    """The speed-and-throughput match's row: throughput only at one output token, where no
+    load has a per-user speed (hunt 77: it read "speed and throughput", matched at 0)."""
+    what = "throughput only" if w["tokens_per_s_per_user"] is None else "speed and throughput"
+    return (f"GPUs to match {what}", "", count(gpus))
 
 
 def _per_user(speed: float | None) -> str:
@@ -254,7 +270,7 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
         + _cost_rows(w, g)
         + [
             ("GPUs to match per-user speed", "", _match_speed(w, match["user_speed"])),
-            ("GPUs to match speed and throughput", "", count(match["user_speed_and_throughput"])),
+            _match_both(w, match["user_speed_and_throughput"]),
         ]
     )
 

@@ -261,6 +261,10 @@ def plan_infer(
     how = "users" if users else "limits" if min_user_tokens_per_s or max_ttft_s else "knee"
     notes = _notes(g, wafer, work, gpu._replace(hbm_fraction=hbm_fraction, mfu=mfu), days,
                    speculation) + [grid] + _wafer_notes(ws, wp)  # fmt: skip
+    if wp.user_tokens_per_s is None:  # hunt 77: a match "with speed" at 0 tokens/s per user
+        notes.append("GPUs to match at one output token: no load has a per-user speed, so "
+                     "gpus_to_match.user_speed is n/a and user_speed_and_throughput matches "
+                     "the wafers' output tokens/s alone (throughput only)")  # fmt: skip
     if min_user_tokens_per_s and wp.user_tokens_per_s is None:  # hunt 76
         notes.append(f"at one output token no load has a per-user speed: --min-user-tokens-per-s "
                      f"{min_user_tokens_per_s:g} has nothing to meet, and each side's point is "

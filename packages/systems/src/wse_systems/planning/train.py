@@ -48,7 +48,7 @@ from wse_systems.planning.sides import (
     power_notes,
     wafer_rates,
 )
-from wse_systems.planning.train_step import default_batch, wafer_train_step
+from wse_systems.planning.train_step import check_micro_fits, default_batch, wafer_train_step
 from wse_systems.training.placement import PRECISION_WORDS
 from wse_systems.transformer import DecoderShape, num_params
 
@@ -189,6 +189,7 @@ def _gpu_train_side(
          "step_s": g_step.step_s, "precision": precision,
          "peak_flops": g.peak_flops, "layout": g_step.layout.to_dict(),
          "exposed_allreduce_s": g_step.exposed_allreduce_s, "bubble_s": g_step.bubble_s,
+         "stage_sends_s": g_step.stage_sends_s,
          "compute_s": g_step.compute_s, "step_bound": g_step.bound,
          "floor": {**dataclasses.asdict(g_step.floor), "floor_s": g_step.floor.floor_s},
          "energy_j_per_step": eco.per(g_energy, steps),
@@ -220,6 +221,24 @@ def _floor_note(fig: dict[str, Any]) -> str:
     )
 
 
+def _layout_note(fig: dict[str, Any]) -> str:
+    """The GPU layout's rule and its sends between pipeline stages (`wse_systems.gpu_layout`,
+    hunt 77) in words, with this plan's figures."""
+    lay = fig["layout"]
+    return (
+        "GPU layout: the fastest data x tensor x pipeline split whose data-parallel ranks "
+        "divide the global batch (Megatron-LM refuses a global batch not divisible by "
+        "micro-batch x data-parallel size; micro-batches of one sequence), so every rank runs "
+        "the same micro-batches; at pp > 1 each micro-batch sends its activations to the next "
+        "stage and its gradients back (seq_len x d_model bf16 each way, the serving model's "
+        "hop: over one GPU's InfiniBand link past one node, NVLink inside, + latency), the "
+        "bubble (pp - 1) / m of compute and sends; here dp "
+        f"{lay['dp']}, tp {lay['tp']}, pp {lay['pp']}: sends {fig['stage_sends_s'] * 1e3:.4g} "
+        f"ms, bubble {fig['bubble_s'] * 1e3:.4g} ms, exposed gradient all-reduce "
+        f"{fig['exposed_allreduce_s'] * 1e3:.4g} ms a step (wse_systems.gpu_layout)"
+    )
+
+
 def _split(choice: ModelChoice, systems: int) -> int | None:
     """A params file's global batch (`batch_size`) over the planned systems (per system)."""
     if choice.global_batch is None:
@@ -241,8 +260,7 @@ def _micro_batch(choice: ModelChoice, asked: int | str | None, per_system: int |
     micro = asked or choice.micro_batch or "auto"  # unset: auto, as `wse train` runs
     if not isinstance(micro, int) or per_system is None or per_system % micro == 0:
         return micro
-    source = (f"--micro-batch {micro}" if asked else
-              f"train_input.micro_batch_size={micro} in the params file {choice.name}")  # fmt: skip
+    source = _source(choice, asked, micro)
     small = [d for d in range(1, math.isqrt(per_system) + 1) if per_system % d == 0]
     divisors = {*small, *(per_system // d for d in small)}
     near = sorted(sorted(divisors, key=lambda d: abs(math.log(d / micro)))[:3], reverse=True)
@@ -250,6 +268,12 @@ def _micro_batch(choice: ModelChoice, asked: int | str | None, per_system: int |
         f"{source} does not divide the per-system batch of {per_system} ({why}); give "
         f"--micro-batch {', '.join(map(str, near))} or auto"
     )
+
+
+def _source(choice: ModelChoice, asked: int | str | None, micro: int | str) -> str:
+    """Where the micro-batch priced comes from, in the words an error names it by."""
+    return (f"--micro-batch {micro}" if asked else
+            f"train_input.micro_batch_size={micro} in the params file {choice.name}")  # fmt: skip
 
 
 class TrainGpus(NamedTuple):
@@ -302,9 +326,12 @@ def plan_train(
     why = (f"--batch {per_system}" if batch_per_system else
            f"train_input.batch_size={choice.global_batch} over {over}")  # fmt: skip
     micro = _micro_batch(choice, micro_batch, per_system, why)
+    plan = choice.plan_settings()
+    check_micro_fits(cfg, spec, micro=micro, batch=per_system, seq_len=seq, stride=plan["stride"],
+                     chunks=plan["chunks"], source=_source(choice, micro_batch, micro))  # fmt: skip
     with recording() as w_reads:  # per_system None: the smallest batch that keeps it fed
         step_s, per_system, scale = wafer_train_step(cfg, spec, num_csx=n, batch=per_system,
-            seq_len=seq, micro_batch=micro, **choice.plan_settings())  # fmt: skip
+            seq_len=seq, micro_batch=micro, **plan)  # fmt: skip
     global_batch = n * per_system
     steps = math.ceil(tokens / (global_batch * seq))  # whole steps: --tokens rounded up
     w_side = _wafer_train_side(spec, n, step_s, steps, global_batch, seq, rates, scale)
@@ -360,7 +387,7 @@ def plan_train(
         g_side = _gpu_train_side(shape, g_run, m, (steps, global_batch, seq), asked, rates,
                                  g_precision)  # fmt: skip
     g_side = dataclasses.replace(g_side, reads=g_reads)
-    notes.insert(-1, _floor_note(g_side.figures))
+    notes[-1:-1] = [_floor_note(g_side.figures), _layout_note(g_side.figures)]
     time_on = _unless_oom(lambda k: _gpu_train_time(
         shape, g_run, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=asked)[0])  # fmt: skip
     limit = global_batch * g.gpus_per_node * cfg.n_layers

@@ -1,7 +1,8 @@
 """The wafer side of `wse plan train`: the one adapter into the training predictor
 (`wafer_train_step`), the batch a plan runs when none is given (`default_batch`) and the
 fastest micro-batch beside the one priced (`explore_hint`).
-`wse_systems.planning.train` builds the plan on them.
+`wse_systems.planning.train` builds the plan on them; a micro-batch asked that the SRAM
+ledger does not place is refused naming the largest that does (`check_micro_fits`).
 
 A plan prices what `wse train` runs: a micro-batch left unset is "auto" there
 (`wse_trainer.session.micro_batch`, ModelZoo's default), so it is "auto" here too. Hunt 72:
@@ -16,7 +17,9 @@ from typing import Any
 
 from wse_core import WaferSpec
 
-__all__ = ["wafer_train_step", "default_batch", "explore_hint"]
+from wse_systems.planning.choice import PlanError
+
+__all__ = ["wafer_train_step", "default_batch", "explore_hint", "check_micro_fits"]
 
 
 def wafer_train_step(
@@ -130,3 +133,27 @@ def default_batch(
                        f"no batch near it is 1% faster ({tried})")  # fmt: skip
     return best, (f"{best}: the fastest of the batches near {least}, the smallest whose streams "
                   f"add <= 1% of the step ({tried})")  # fmt: skip
+
+
+def check_micro_fits(
+    config: Any, spec: WaferSpec, *, micro: int | str, batch: int | None, seq_len: int,
+    source: str, stride: int = 0, chunks: int = 0,
+) -> None:  # fmt: skip
+    """A PlanError where `micro` (an int, or "none": the whole per-system `batch`) asked by
+    `source` does not fit one replica's SRAM ledger (`training.micro_batch.fits`, auto's
+    test), naming the largest divisor of `batch` that fits (hunt 77: the ledger's own words,
+    naming no option). Nothing for auto or explore, an unknown batch, or one that fits; where
+    not even one sequence fits, the run's own error says why."""
+    from wse_systems.training.micro_batch import divisors, fits
+
+    m = batch if micro == "none" else micro
+    if batch is None or not isinstance(m, int) or fits(config, spec, m, seq_len, stride, chunks):
+        return
+    placed = [d for d in reversed(divisors(batch)) if d < m and
+              fits(config, spec, d, seq_len, stride, chunks)]  # fmt: skip
+    if placed:
+        raise PlanError(
+            f"{source}: {m} sequences of {seq_len} tokens at once do not fit {spec.name}'s SRAM "
+            f"(the activations the step keeps); give --micro-batch {placed[0]} (the largest "
+            f"divisor of the per-system batch {batch} that fits), a smaller divisor, or auto"
+        )

@@ -69,8 +69,11 @@ def _note_stream_constants(s, num_csx: int) -> None:
         other = min(v for k, v in rates.items() if k != key)
         ends = (min(CONSTANTS[key].sweep), max(CONSTANTS[key].sweep))
         read(key, value, any(min(e, other) != min(value, other) for e in ends))
-    levels, fan = tree_levels(num_csx, s.swarmx_fanout), CONSTANTS["swarmx_fanout"].sweep
-    moves = any(tree_levels(num_csx, e) != levels for e in (min(fan), max(fan)))
+    fan = CONSTANTS["swarmx_fanout"]
+    if len({tree_levels(num_csx, e) for e in fan.limits}) == 1:
+        return  # hunt 77: no fanout moves this tree (one system: none), so none is read
+    levels = tree_levels(num_csx, s.swarmx_fanout)
+    moves = any(tree_levels(num_csx, e) != levels for e in (min(fan.sweep), max(fan.sweep)))
     read("swarmx_fanout", s.swarmx_fanout, moves)
 
 

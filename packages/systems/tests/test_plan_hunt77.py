@@ -1,0 +1,237 @@
+"""`wse plan train`, `wse plan infer` and the GPU training model (hunt 77).
+
+- GPU training spread a global batch evenly over data-parallel ranks that do not divide it
+  (16 sequences on 12 ranks priced 1.33 a rank; the busiest runs 2). Layouts are now those
+  Megatron-LM runs (dp divides the global batch). Oracles: every layout of the count by hand
+  (dp | batch, tp a power of two in a node, pp <= layers, the memory formula by hand), the
+  busiest rank's compute from PaLM's flops by hand, the nearest counts by brute force.
+- Pipeline stages sent nothing to each other (1,024 GPUs priced as 128). Oracle: the serving
+  model's own hop (`serving.gpu_step.step`'s `stage_hops_s`) and the datasheet's NVLink.
+- The default wafers of a 70B with an 8B draft held no user; --stages and --wafers named
+  ranges that do not hold the model; `--assume swarmx_fanout` on one system was listed as
+  moving; `--micro-batch none` was refused in the ledger's words; at one output token the
+  GPUs "to match speed and throughput" matched at 0 tokens/s per user. Oracles: the library
+  tried count by count, the predictor at the named micro-batch, SwarmX's levels by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import wse_models
+from wse_core import WseError, preset
+from wse_core.cost.reads import recording
+from wse_systems import gpu as gpum
+from wse_systems import gpu_layout
+from wse_systems.pipeline import PipelinePlanError, Regions
+from wse_systems.planning.choice import ModelChoice, PlanError
+from wse_systems.planning.infer import wafer_serving
+from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
+from wse_systems.serving import Speculation, WaferServing, Workload
+from wse_systems.serving import gpu_step as gs
+from wse_systems.training.micro_batch import plan_step
+
+WSE = [sys.executable, "-m", "wse_cli"]
+L8B = wse_models.preset_config("llama3-8b", dtype="bfloat16")
+L70B = wse_models.preset_config("llama3-70b", dtype="bfloat16")
+WORK = Workload(prompt_tokens=1024, output_tokens=256)  # `wse plan infer`'s default request
+PEAK, MFU, IB, IB_LAT, NVLINK, NV_LAT = 989e12, 0.4, 50e9, 5e-6, 450e9, 1e-6  # datasheets
+SEQ, D, KV, FF, VOCAB = 8192, 4096, 1024, 14336, 128256  # Llama 3 8B: 32 layers
+
+
+def _flops_8b() -> float:
+    """PaLM's training flops a token of Llama 3 8B at 8,192 tokens, by hand."""
+    matmul = 32 * (2 * D * D + 2 * D * KV + 3 * D * FF) + D * VOCAB
+    return 6 * matmul + 12 * 32 * D * SEQ
+
+
+def _bytes_8b(tp: int, pp: int) -> float:
+    """16 bytes a parameter over tp x pp, each layer's bf16 input and one layer's 34 s d."""
+    params = 2 * VOCAB * D + 32 * (2 * D * D + 2 * D * KV + 3 * D * FF + 2 * D) + D
+    return 16 * params / (tp * pp) + (32 * 2 * SEQ * D + 34 * SEQ * D) / tp
+
+
+def _megatron_layouts(gpus: int, batch: int) -> set[tuple[int, int, int]]:
+    """Every (dp, tp, pp) Megatron-LM runs on `gpus` H100s: dp divides the batch."""
+    return {(gpus // (tp * pp), tp, pp) for tp in (1, 2, 4, 8) for pp in range(1, 33)
+            if gpus % (tp * pp) == 0 and batch % (gpus // (tp * pp)) == 0
+            and _bytes_8b(tp, pp) <= 0.9 * 80 * 2**30}  # fmt: skip
+
+
+def test_a_step_runs_on_a_layout_megatron_runs_at_its_busiest_ranks_pace():
+    step = gpum.train_step(L8B, gpum.H100, num_gpus=24, batch=16, seq_len=SEQ)
+    lay = step.layout
+    every = _megatron_layouts(24, 16)
+    assert (12, 2, 1) not in every  # the layout priced before: 16 sequences on 12 ranks
+    priced = gpu_layout.layouts(L8B, gpum.H100, 24, SEQ, 16)
+    assert {(x.dp, x.tp, x.pp) for x in priced} == every
+    assert (lay.dp, lay.tp, lay.pp) in every
+    micro = 16 // lay.dp
+    compute = micro * SEQ * _flops_8b() / (lay.tp * lay.pp * PEAK * MFU)
+    assert step.compute_s == pytest.approx(compute, rel=1e-12)
+    assert (lay.dp, lay.tp, lay.pp) == (1, 8, 3)  # stages a node each: hops over IB
+    sends = 2 * micro * (2 * SEQ * D / IB + IB_LAT)
+    assert step.step_s == pytest.approx((compute + sends) * (1 + 2 / micro), rel=1e-12)
+    # before: 0.7995 s, the even split over 24 GPUs that no rank runs (real: 1.199 s)
+    assert step.step_s > 16 * SEQ * _flops_8b() / (24 * PEAK * MFU) * 1.1
+
+
+def test_a_count_with_no_megatron_layout_names_the_nearest_that_have_one():
+    below = next(k for k in range(999, 0, -1) if _megatron_layouts(k, 16))
+    above = next(k for k in range(1001, 2001) if _megatron_layouts(k, 16))
+    assert not _megatron_layouts(1000, 16) and (below, above) == (992, 1024)
+    with pytest.raises(gpum.GpuLayoutError) as e:
+        gpum.train_step(L8B, gpum.H100, num_gpus=1000, batch=16, seq_len=SEQ)
+    assert isinstance(e.value, gpum.GpuMemoryError)  # the planners' searches skip the count
+    assert str(e.value).endswith(f"use {below} or {above} GPUs") and "divide it" in str(e.value)
+
+
+def test_pipeline_stages_send_activations_at_the_serving_models_hop():
+    step = gpum.train_step(L8B, gpum.H100, num_gpus=1024, batch=16, seq_len=SEQ)
+    lay = step.layout
+    assert (lay.dp, lay.tp, lay.pp) == (16, 8, 8)  # one sequence a rank: micro-batches 1
+    # the serving model's hop: a forward of 8,192 prompt tokens over 2 stages has one
+    hop = gs.step(L8B, gpum.H100, gs.GpuLayout(8, 2), gs.StepBatch(prefill_tokens=SEQ,
+                  prompt_tokens=SEQ)).stage_hops_s  # fmt: skip
+    assert hop == pytest.approx(2 * SEQ * D / IB + IB_LAT, rel=1e-12)
+    assert step.stage_sends_s == pytest.approx(2 * hop, rel=1e-12)  # forward and backward
+    busy = max(step.compute_s, step.floor.floor_s)
+    by_hand = (busy + 2 * hop) * (1 + 7 / 1) + step.exposed_allreduce_s
+    assert step.step_s == pytest.approx(by_hand, rel=1e-12)
+    pp1 = gpum.train_step(L8B, gpum.H100, num_gpus=128, batch=16, seq_len=SEQ)
+    assert step.step_s > pp1.step_s  # before: equal; 8 x more GPUs buy only the sends
+    tiny = gpum.train_step(wse_models.preset_config("tiny-gpt2"), gpum.H100, num_gpus=8,
+                           batch=1, seq_len=128)  # fmt: skip
+    nvlink_hop = 2 * 128 * 64 / NVLINK + NV_LAT  # one node: NVLink
+    assert tiny.layout.pp == 2 and tiny.stage_sends_s == pytest.approx(2 * nvlink_hop)
+
+
+def test_gpus_to_match_run_ranks_that_divide_the_batch():
+    twelve = wse_models.preset_config(
+        "llama3-8b",
+        name="llama-12b",
+        d_model=5120,
+        n_layers=40,
+        n_heads=40,
+        d_ff=13824,
+        dtype="bfloat16",
+    )  # tco-training's
+    choice = ModelChoice("llama-12b", twelve, seq_len=SEQ)
+    plan = plan_train(choice, tokens=2.4e11, spec=preset("wse3"), systems=4,
+                      gpus=TrainGpus(gpus=32))  # fmt: skip
+    batch, steps, target = plan.inputs["global_batch"], plan.inputs["steps"], plan.wafer.time_s
+    m = plan.gpus_to_match
+    matched = gpum.train_step(twelve, gpum.H100, num_gpus=m, batch=batch, seq_len=SEQ)
+    assert batch == 32 and batch % matched.layout.dp == 0 and steps * matched.step_s <= target
+    # the 40 matched before (dp 10, tp 4): its busiest rank runs 4 sequences on 4 GPUs
+    flops = gpum.train_flops_per_token(twelve, SEQ)
+    busiest = 4 * SEQ * flops / (4 * PEAK * MFU)
+    assert steps * busiest > target and m != 40
+
+
+def test_the_default_wafers_hold_the_model_its_draft_and_one_user():
+    spec, draft = preset("wse3"), Speculation(draft=L8B, gamma=4, alpha=0.8)
+
+    def users(n: int) -> int:  # the oracle: each count tried, as the library builds it
+        try:
+            return WaferServing(
+                L70B,
+                spec,
+                num_wafers=n,
+                workload=WORK,
+                speculation=draft,
+                regions=Regions(layout=None),
+                search_stages=True,
+            ).max_users
+        except PipelinePlanError:
+            return 0
+
+    fewest = next(n for n in range(1, 81) if users(n) >= 1)
+    ws = wafer_serving(L70B, spec, num_wafers=None, workload=WORK, speculation=draft)
+    assert (ws.units, fewest) == (5, 5) and ws.max_users >= 1  # before: 4 wafers, 0 users
+    with pytest.raises(PlanError, match=r"draft llama3-8b but not one user's KV cache; give "
+                       r"--wafers in \[5, 80\]$"):  # fmt: skip
+        wafer_serving(L70B, spec, num_wafers=4, workload=WORK, speculation=draft)
+
+
+@pytest.mark.parametrize("asked,named", [
+    (dict(stages=200), "give --stages in [4, 80]"),  # before: [1, 80]
+    (dict(num_wafers=85), "give --wafers in [4, 80]"),  # before: [1, 80]
+    (dict(num_wafers=6, stages=5), "give --stages in [6, 80], or --wafers 5"),
+])  # fmt: skip
+def test_stage_and_wafer_counts_are_refused_naming_the_range_that_holds(asked, named):
+    spec = preset("wse3")
+
+    def holds(n: int, stages: int | None) -> bool:  # the oracle: the library, count by count
+        try:
+            wafer_serving(L70B, spec, num_wafers=n, workload=WORK, stages=stages)
+        except (PipelinePlanError, PlanError):
+            return False
+        return True
+
+    assert not holds(3, None) and holds(4, None) and holds(4, 4)  # from 4 wafers, 4 stages
+    assert not holds(4, 5) and holds(5, 5) and holds(6, 6)  # 5 stages: 5 wafers
+    with pytest.raises(PlanError) as e:
+        wafer_serving(L70B, spec, workload=WORK, **{"num_wafers": None, **asked})
+    assert str(e.value).endswith(named)
+
+
+def _wse(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "300"}
+    return subprocess.run([*WSE, *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+def _refused(*args: str) -> str:
+    r = _wse(*args)
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("Error: "), lines
+    return lines[0]
+
+
+def test_swarmx_fanout_is_refused_where_no_fanout_moves_the_tree():
+    def levels(systems: int, fanout: float) -> int:  # SwarmX's tree by hand
+        return 0 if systems == 1 else math.ceil(math.log(systems, fanout) - 1e-12)
+
+    assert {levels(1, f) for f in (2, 16, 1024)} == {0} and (levels(4, 2), levels(4, 16)) == (2, 1)
+    tiny = ModelChoice("tiny-gpt2", wse_models.preset_config("tiny-gpt2"))
+    for systems, read in ((1, False), (4, True)):
+        with recording() as got:
+            plan_train(tiny, tokens=1e6, spec=preset("wse3"), systems=systems,
+                       batch=TrainBatch(4, None, 128))  # fmt: skip
+        assert ("swarmx_fanout" in got.values) is read
+    line = _refused("plan", "train", "-m", "tiny-gpt2", "--tokens", "1e6", "--assume",
+                    "swarmx_fanout=16")  # fmt: skip
+    assert line.startswith("Error: --assume swarmx_fanout: wse plan train does not read it")
+
+
+def test_a_micro_batch_that_does_not_fit_names_the_largest_that_does():
+    spec = preset("wse3")
+    for m, fits in ((16, True), (32, False), (64, False)):  # the oracle: the predictor itself
+        try:
+            plan_step(L70B, spec, num_csx=1, batch_per_system=64, seq_len=SEQ, micro_batch=m)
+            assert fits, m
+        except WseError as e:
+            assert not fits and "cannot be placed" in str(e), m
+    for asked in ("none", "64"):
+        line = _refused("plan", "train", "-m", "llama3-70b", "--tokens", "1e11", "--batch",
+                        "64", "--micro-batch", asked)  # fmt: skip
+        assert line.startswith(f"Error: --micro-batch {asked}: 64 sequences of 8192 tokens")
+        assert "give --micro-batch 16 (the largest divisor of the per-system batch 64" in line
+
+
+def test_one_output_token_matches_throughput_only():
+    args = ["plan", "infer", "-m", "llama3-1b", "--output-tokens", "1"]
+    d = json.loads(_wse(*args, "--json").stdout)
+    assert d["wafer"]["tokens_per_s_per_user"] is None  # vLLM's TPOT: n/a at one token
+    assert d["gpus_to_match"]["user_speed"] is None
+    assert any("throughput only" in n for n in d["assumptions"])
+    table = _wse(*args).stdout
+    both = d["gpus_to_match"]["user_speed_and_throughput"]
+    assert "GPUs to match throughput only" in table and "speed and throughput" not in table
+    row = next(r for r in table.splitlines() if "GPUs to match throughput only" in r)
+    assert row.rstrip(" │").endswith(f"{both:,}")
