@@ -391,6 +391,7 @@ def cases() -> list[Case]:
     from hostile_cases_hunt74 import hunt74_cases  # session 74's
     from hostile_cases_hunt75 import hunt75_cases  # session 75's
     from hostile_cases_hunt76 import hunt76_cases  # session 76's
+    from hostile_cases_hunt77 import hunt77_cases  # session 77's
     from hostile_cases_more import hunt59_cases, hunt60_cases, more_cases  # hunts 57, 59, 60
 
     return [*sizes, *outputs, *non_finite, *faults, *front, *found_cases(), *more_cases(),
@@ -398,4 +399,5 @@ def cases() -> list[Case]:
             *hunt64_cases(), *hunt65_cases(),
             *hunt67_cases(), *hunt68_cases(), *hunt69_cases(),
             *hunt70_cases(), *hunt71_cases(), *hunt72_cases(), *hunt73_cases(),
-            *hunt74_cases(), *hunt75_cases(), *hunt76_cases()]  # fmt: skip
+            *hunt74_cases(), *hunt75_cases(), *hunt76_cases(),
+            *hunt77_cases()]  # fmt: skip
