@@ -26,7 +26,8 @@ one it runs on the target's, as in vLLM). Errors are `WseError`s with one line.
 
 A `wse train` export older than its run folder's newest checkpoint is loaded with one note
 on stderr, once per process (`wse_inference.run_export`; hunt 68: after a stopped resume the
-older export was served without a word).
+older export was served without a word); a run folder with no export is refused naming its
+newest checkpoint and the rerun that exports it (hunt 77).
 
 The `Engine` a directory serves is built by `wse_inference.load.load_engine` (the engines
 import this module, so it builds none of them).
@@ -46,7 +47,7 @@ from wse_inference.engine import ByteTokenizer
 from wse_inference.generation_config import sampling_defaults
 from wse_inference.hf_tokenizer import HFTokenizer, read_tokenizer_file, slow_tokenizer
 from wse_inference.model_files import ModelLoadError, json_file, present
-from wse_inference.run_export import say_once, stale_export
+from wse_inference.run_export import say_once, stale_export, unexported_run
 
 __all__ = [
     "ModelLoadError",
@@ -117,6 +118,8 @@ def resolve_model_dir(path: str | Path) -> Path:
             f"{str(path)!r} has safetensors but no config.json: an HF-format directory needs "
             "both (the config says which model the tensors belong to)"
         )
+    if why := unexported_run(path):  # hunt 77: a run killed during its export
+        raise ModelLoadError(why)
     raise ModelLoadError(
         f"{str(path)!r} is neither an HF-format directory (config.json + safetensors) nor a "
         "`wse train` model_dir with an hf/ export"

@@ -9,6 +9,12 @@ end of a run only, so after a stopped resume `wse infer --model-dir run` loaded 
 export without a word (hunt 68). The note is advice, never a refusal: a folder from
 elsewhere, or a record that cannot be read, gives None. `say_once(note)` prints it on stderr
 once per process (a command resolves its model folder several times).
+`unexported_run(folder)` is the refusal's line for a run folder with checkpoints but no `hf/`
+(a run stopped before its end, or killed during its export: hunt 77 said "neither an
+HF-format directory ... nor a `wse train` model_dir"), naming its newest sealed step and the
+rerun that exports it (`wse_trainer.export.refresh`'s advice: a run whose max_steps is its
+checkpoint's step trains nothing, removes a killed export's leftover part and writes `hf/`);
+None for a folder with no checkpoints/.
 
 The run folder's names and records are read by `wse_core.host.run_files`, as the trainer
 reads them.
@@ -21,7 +27,7 @@ from pathlib import Path
 
 from wse_core.host.run_files import CHECKPOINTS, exported_step, newest_sealed
 
-__all__ = ["say_once", "stale_export"]
+__all__ = ["say_once", "stale_export", "unexported_run"]
 
 _said: set[str] = set()
 
@@ -37,6 +43,25 @@ def stale_export(folder: Path) -> str | None:
         f"note: {folder} is the export of step {step}; {folder.parent / CHECKPOINTS} holds "
         f"step {newest} (rerun its wse train command with runconfig.max_steps={newest} to "
         "export that step)"
+    )
+
+
+def unexported_run(folder: Path) -> str | None:
+    """Why `folder`, a `wse train` model_dir with no `hf/` export, gives no model, and how to
+    export its newest checkpoint; None where it holds no checkpoints/ (module doc)."""
+    checkpoints = folder / CHECKPOINTS
+    if not checkpoints.is_dir():
+        return None
+    head = (
+        f"{str(folder)!r} is a `wse train` model_dir without an hf/ export (written at the end "
+        "of a run: this one stopped before it, or during it)"
+    )
+    sealed = newest_sealed(checkpoints)
+    if sealed is None:
+        return f"{head}, and {str(checkpoints)!r} holds no finished step; train it with wse train"
+    return (
+        f"{head}; its newest checkpoint is step {sealed.name}: rerun its wse train command with "
+        f"runconfig.max_steps={sealed.name} to export that step to {str(folder / 'hf')!r}"
     )
 
 

@@ -5,11 +5,16 @@
   file always reads as one uninterrupted run; a last line a kill cut off is dropped with a
   note, any other line that is no record is a ConfigError naming it (`read_metrics`). Each
   write checks the file is still the run's (`RunFolderGone`: the folder deleted mid-run).
-- `<model_dir>/train/` and `<model_dir>/eval/`: tensorboardX event files (ModelZoo's layout).
+- `<model_dir>/train/` and `<model_dir>/eval/`: TensorBoard event files (ModelZoo's layout),
+  each record flushed as it is written, and a resume's file opening with the purge marker of
+  PyTorch's `SummaryWriter(purge_step=resume_step + 1)`, so TensorBoard hides the killed
+  run's steps past the restored one as metrics.jsonl drops them (`tensorboard_events`; hunt
+  77: a rewind showed steps 9-12 twice, a kill -9 left a 0-byte event file).
 - `<model_dir>/run.log`: every log line, appended.
 - A record is written whole (`interrupt.held`: a signal inside it is raised at its end), and
-  `close` waits for TensorBoard's writer at most `CLOSE_BOUND_S` (hunt 75: its logger thread,
-  joined with no limit, hung a Ctrl-C'd run for ever); metrics.jsonl is flushed at each record.
+  `close` waits for TensorBoard's writer at most `CLOSE_BOUND_S` (hunt 75: tensorboardX's
+  logger thread, joined with no limit, hung a Ctrl-C'd run for ever); metrics.jsonl and the
+  events are flushed at each record.
 - `NullLog`: the same interface writing nothing (processes other than 0 of a run).
 - `train_line` / `eval_line`: the Cerebras ModelZoo log line, plus tokens/s and the fraction
   of the step the host spent streaming weights (`StepStats.stall_s`).
@@ -33,6 +38,7 @@ from wse_core.errors import RunFault
 from wse_core.host.atomic import write_atomically
 
 from wse_trainer import interrupt
+from wse_trainer.tensorboard_events import EventFile, event_files
 
 __all__ = ["MetricsLog", "NullLog", "RunFolderGone", "StepStats", "Throughput", "train_line",
            "eval_line", "read_metrics"]  # fmt: skip
@@ -212,8 +218,10 @@ class RunFolderGone(RunFault):
 class MetricsLog:
     """Appends metrics and log lines for one run in `model_dir`. Records past `resume_step`
     (from a killed run) are dropped first, and a cut-off last line (said on stderr); None
-    keeps them all (an eval: it only adds its record). Each write first checks that
-    metrics.jsonl is still the file it opened: `RunFolderGone` otherwise."""
+    keeps them all (an eval: it only adds its record). TensorBoard hides the same steps: each
+    event folder that holds events opens a file with the purge marker at once (module doc).
+    Each write first checks that metrics.jsonl is still the file it opened: `RunFolderGone`
+    otherwise."""
 
     def __init__(self, model_dir: str | Path, *, resume_step: int | None = 0, echo=None):
         self.dir = Path(model_dir)
@@ -234,6 +242,10 @@ class MetricsLog:
         self._jsonl = open(path, "a")  # noqa: SIM115 (closed in close)
         self._log = open(self.dir / "run.log", "a")  # noqa: SIM115
         self._writers: dict[str, Any] = {}
+        self._purge_step = None if resume_step is None else resume_step + 1
+        for mode in ("train", "eval") if resume_step is not None else ():
+            if event_files(self.dir / mode):  # hidden now, even where this run writes none
+                self._writer(mode)
 
     def check(self) -> None:
         """RunFolderGone when metrics.jsonl is no longer the file this log writes (hunt 64:
@@ -254,7 +266,7 @@ class MetricsLog:
 
     def _writer(self, mode: str):
         if mode not in self._writers:
-            self._writers[mode] = _summary_writer()(str(self.dir / mode))
+            self._writers[mode] = EventFile(self.dir / mode, purge_step=self._purge_step)
         return self._writers[mode]
 
     def record(self, step: int, mode: str, values: dict[str, float]) -> None:
@@ -263,10 +275,8 @@ class MetricsLog:
         with interrupt.held():
             self._jsonl.write(json.dumps({"step": step, "mode": mode, **values}) + "\n")
             self._jsonl.flush()
-            writer = self._writer(mode)
-            for key, value in values.items():
-                if isinstance(value, int | float):
-                    writer.add_scalar(key, value, step)
+            scalars = {k: v for k, v in values.items() if isinstance(v, int | float)}
+            self._writer(mode).add_scalars(step, scalars)
 
     def line(self, text: str) -> None:
         self.check()
@@ -282,7 +292,7 @@ class MetricsLog:
             if late:
                 self._log.write(
                     f"note: TensorBoard's writer of {', '.join(late)} did not close within "
-                    f"{CLOSE_BOUND_S:g} s; its events may lack the last steps (metrics.jsonl "
+                    f"{CLOSE_BOUND_S:g} s (its events were flushed at each record; metrics.jsonl "
                     "has them all)\n"
                 )
         finally:
@@ -291,7 +301,8 @@ class MetricsLog:
 
 
 def _closed_within(writer: Any, seconds: float = CLOSE_BOUND_S) -> bool:
-    """Close a tensorboardX SummaryWriter in a daemon thread, waiting at most `seconds`;
+    """Close a TensorBoard writer in a daemon thread, waiting at most `seconds` (a file on a
+    hung network disk; a tensorboardX SummaryWriter's logger thread);
     False where it did not close (its queue's exit-time join is then cancelled too); what
     its close raised is raised here."""
     event_writer = getattr(getattr(writer, "file_writer", None), "event_writer", None)
@@ -330,24 +341,3 @@ class NullLog:
 
     def close(self) -> None:
         pass
-
-
-def _summary_writer():
-    """tensorboardX's SummaryWriter, imported without torch where torch is not loaded yet:
-    tensorboardX imports torch at its top only to accept torch tensors (`writer.py`:
-    `try: import torch`), which the trainer never passes (scalars), and that import cost
-    every `wse train` process 1.5 s here (8.6 s under load; stop 69's suite trim). A None in
-    `sys.modules` makes that `import torch` fail as if torch were absent, tensorboardX's own
-    fallback; it is removed at once, so a later `import torch` loads it."""
-    import sys
-
-    if "tensorboardX" in sys.modules or "torch" in sys.modules:
-        from tensorboardX import SummaryWriter
-
-        return SummaryWriter
-    sys.modules["torch"] = None  # type: ignore[assignment]
-    try:
-        from tensorboardX import SummaryWriter
-    finally:
-        del sys.modules["torch"]
-    return SummaryWriter

@@ -23,7 +23,7 @@ import typing
 
 from wse_core.errors import shown
 
-from wse_trainer import modelzoo_keys
+from wse_trainer import modelzoo_keys, modelzoo_runconfig
 
 __all__ = ["null_is_value", "null_meaning", "unknown_null"]
 
@@ -66,8 +66,10 @@ def unknown_null(cls: type | None, section: str, key: str, item: str) -> str | N
     keys += sorted(name for name in fields if name != "name")
     if key in keys + modelzoo_keys.zoo_keys(section):  # ModelZoo's moved or read as ours
         return None
+    if (section, key) in modelzoo_runconfig.READ_AS_RUNS:  # null: dropped, as true is
+        return None
     return (
         f"unknown key {section}.{shown(key, quote=False)}"
-        f"{modelzoo_keys.hint(section, key, keys)} in override {shown(item)}; valid keys: "
+        f"{modelzoo_runconfig.zoo_hint(section, key, keys)} in override {shown(item)}; valid keys: "
         f"{', '.join(keys)}"
     )

@@ -1,0 +1,146 @@
+"""Hunt 77: after a kill, a SIGTERM or a `--checkpoint-path` rewind, TensorBoard disagreed with
+metrics.jsonl (which reads as one uninterrupted run): a rewind to 8 of a 12-step run showed 16
+loss points (9-12 twice), and a kill -9 left a 0-byte event file (tensorboardX flushed every
+120 s). A resume's event file now opens with PyTorch's `SummaryWriter(purge_step=T)` marker
+(a SessionLog START at T = resume_step + 1) and each record is flushed as it is written.
+
+Oracles: metrics.jsonl's (step, loss) records, against the event files read as TensorBoard
+reads them: TensorBoard's own `EventAccumulator` where it is installed, else a reader written
+here from the formats' specs (TFRecord framing with its masked CRC-32C, itself checked on
+CRC-32C's published check value; TensorBoard's rule for a SessionLog START at step T: the
+events before it whose step is >= T are purged)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from wse_trainer.metrics import MetricsLog
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli, reflected 0x82F63B78), bit by bit."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def _masked(data: bytes) -> int:  # TFRecord's masked crc
+    crc = _crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_the_crc_is_crc32c():
+    assert _crc32c(b"123456789") == 0xE3069283  # the published check value
+
+
+def _records(path: Path) -> list[bytes]:
+    data, at, out = path.read_bytes(), 0, []
+    while at < len(data):
+        header = data[at : at + 8]
+        (n,) = struct.unpack("<Q", header)
+        (hcrc,) = struct.unpack("<I", data[at + 8 : at + 12])
+        body = data[at + 12 : at + 12 + n]
+        (bcrc,) = struct.unpack("<I", data[at + 12 + n : at + 16 + n])
+        assert hcrc == _masked(header) and bcrc == _masked(body), path
+        out.append(body)
+        at += 16 + n
+    return out
+
+
+def _shown(folder: Path, tag: str = "loss") -> list[tuple[int, float]]:
+    """(step, value) of `tag` as TensorBoard shows the event files of `folder`."""
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        EventAccumulator = None
+    if EventAccumulator is not None:
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        return [(e.step, e.value) for e in acc.Scalars(tag)]
+    from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+    shown: list[tuple[int, float]] = []
+    for path in sorted(p for p in folder.iterdir() if "tfevents" in p.name):
+        for raw in _records(path):
+            event = Event.FromString(raw)
+            if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                shown = [(s, v) for s, v in shown if s < event.step]
+            shown += [(event.step, v.simple_value) for v in event.summary.value if v.tag == tag]
+    return shown
+
+
+def _jsonl(folder: Path, mode: str) -> list[tuple[int, float]]:
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], float(np.float32(r["loss"]))) for r in rows if r["mode"] == mode]
+
+
+def _train(log: MetricsLog, steps: range, offset: float, evals: tuple[int, ...] = ()) -> None:
+    for step in steps:
+        log.record(step, "train", {"loss": offset + step / 7, "tokens": 64})
+        if step in evals:
+            log.record(step, "eval", {"loss": offset + step / 3})
+    log.close()
+
+
+@pytest.mark.parametrize("resume_step", [0, 4, 8, 12])
+def test_a_resume_shows_in_tensorboard_what_metrics_jsonl_holds(tmp_path, resume_step):
+    _train(MetricsLog(tmp_path), range(1, 13), 1.0, evals=(4, 8, 12))
+    # the resumed run records train steps, no eval: the old evals past it go from both
+    _train(MetricsLog(tmp_path, resume_step=resume_step), range(resume_step + 1, 13), 5.0)
+    for mode in ("train", "eval"):
+        want = _jsonl(tmp_path, mode)
+        assert _shown(tmp_path / mode) == want, mode  # before: 1-12, then 9-12 again
+    assert [s for s, _ in _shown(tmp_path / "train")] == list(range(1, 13))
+
+
+def test_a_resume_then_a_rewind_each_hide_the_steps_metrics_jsonl_dropped(tmp_path):
+    _train(MetricsLog(tmp_path), range(1, 7), 1.0)  # killed at 6 after checkpoint 4
+    _train(MetricsLog(tmp_path, resume_step=4), range(5, 13), 2.0)
+    _train(MetricsLog(tmp_path, resume_step=8), range(9, 13), 3.0)  # --checkpoint-path 8
+    assert _shown(tmp_path / "train") == _jsonl(tmp_path, "train")
+    assert [v for _, v in _shown(tmp_path / "train")][-1] == pytest.approx(3 + 12 / 7)
+
+
+def test_an_eval_run_adds_its_record_and_hides_nothing(tmp_path):
+    _train(MetricsLog(tmp_path), range(1, 5), 1.0, evals=(4,))
+    log = MetricsLog(tmp_path, resume_step=None)  # mode eval
+    log.record(4, "eval", {"loss": 9.0})
+    log.close()
+    both = [(4, float(np.float32(1 + 4 / 3))), (4, 9.0)]  # TensorBoard's scalars: float32
+    assert _shown(tmp_path / "eval") == _jsonl(tmp_path, "eval") == both
+
+
+_KILLED = """import sys, time
+from wse_trainer.metrics import MetricsLog
+log = MetricsLog(sys.argv[1])
+for step in range(1, 7):
+    log.record(step, "train", {"loss": step * 0.5})
+print("recorded", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_kill_loses_no_recorded_step(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", _KILLED, str(tmp_path)],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout.readline().strip() == "recorded"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    # before: a 0-byte event file, steps 1-6 gone though metrics.jsonl held them
+    assert (
+        _shown(tmp_path / "train")
+        == _jsonl(tmp_path, "train")
+        == [(s, s * 0.5) for s in range(1, 7)]
+    )
