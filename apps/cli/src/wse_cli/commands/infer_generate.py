@@ -21,10 +21,11 @@ object. A sampling setting not given is generation_config.json's, said in one li
 --generation-config auto), else 32 tokens at temperature 1 with no top-k, top-p or penalty.
 Bad input (missing/incompatible checkpoint, prompt longer than the context,
 max_tokens <= 0, temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary
-mismatch, --stages or --trace with --speculative-config: the pipelined engine's options; its
-`mock_accepted_tokens`: the mock server's) exits 2, one line. Heavy packages are imported
-inside the command, so `wse --help` stays fast. On a CPU the attention's numba kernels
-compile in a helper process while the weights load (`wse_models.sdpa_cpu.compile_early`).
+mismatch, a draft larger than the model, --stages or --trace with --speculative-config: the
+pipelined engine's options; its `mock_accepted_tokens`: the mock server's) exits 2, one
+line. Heavy packages are imported inside the command, so `wse --help` stays fast. On a CPU
+the attention's numba kernels compile in a helper process while the weights load
+(`wse_models.sdpa_cpu.compile_early`).
 """
 
 from __future__ import annotations
@@ -165,7 +166,8 @@ def generate(
     speculative_config: str = typer.Option(
         None,
         "--speculative-config",
-        help='vLLM style: \'{"model": DIR, "num_speculative_tokens": 4}\'.',
+        help='vLLM style: \'{"model": DIR, "num_speculative_tokens": 4}\' (both required; '
+        '"method": "draft_model" or left out). The draft must be at most the model\'s size.',
     ),
     stages: int = number(
         None, "--stages", help="Pipeline stages (<= layers; default 1).", kind=int, ge=1
@@ -227,6 +229,10 @@ def generate(
     from wse_inference.host_memory import check_host_memory
 
     cfg = read_config(model_dir)
+    if spec is not None:  # hunt 77: a draft larger than the model ran, as `wse plan infer` refuses
+        from wse_inference.speculative.config import check_draft_size
+
+        check_draft_size(cfg, read_config(spec.draft_dir()), str(model_dir), spec.draft_dir())
     if max_context is not None and max_context > cfg.max_seq_len:  # hunt 56: cut silently
         fail(
             f"--max-context {max_context:,} is greater than the model's context of "

@@ -39,7 +39,10 @@ SERVE_HELP = (
     "Serve a model over an OpenAI-compatible HTTP API (and gRPC) until SIGTERM.\n\n"
     "Routes: POST /v1/completions and /v1/chat/completions (SSE with stream=true), GET "
     "/v1/models, /health, /metrics (vLLM's metrics, named wse_* where vLLM's are vllm:*, "
-    "the warm-up's requests not counted; not served: kv_cache_usage_perc, "
+    "with a draft model vLLM's wse_spec_decode_num_drafts_total, _num_draft_tokens_total, "
+    "_num_accepted_tokens_total and _num_accepted_tokens_per_pos_total{position}; "
+    "the warm-up's requests not counted, by the server or the engine; not served: "
+    "kv_cache_usage_perc, "
     "num_preemptions_total, prefix_cache_queries_total, prefix_cache_hits_total, "
     "request_max_num_generation_tokens, "
     "time_per_prefill_token_request_seconds, cache_config_info, lora_requests_info and the "
@@ -200,7 +203,10 @@ def serve(
     speculative_config: str = typer.Option(
         None,
         "--speculative-config",
-        help="Speculative decoding: JSON (e.g. '{\"num_speculative_tokens\": 4}') or a file.",
+        help='Speculative decoding: JSON (e.g. \'{"model": DIR, "num_speculative_tokens": 4}\', '
+        'both required, the draft at most the model\'s size; "method": "draft_model" or '
+        "left out; --model-dir mock: num_speculative_tokens, default 4, and "
+        "mock_accepted_tokens) or a file.",
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     port: int = number(8000, "--port", **PORT, help="HTTP port (0: a free port)."),

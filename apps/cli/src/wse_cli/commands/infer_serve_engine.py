@@ -1,6 +1,7 @@
 """The engine `wse infer serve` runs (`infer_serve`): the mock, or a model folder's pipelined
 (or speculative) engine, its inputs checked before JAX is imported: a --speculative-config's
-keys the engine would not read, --max-model-len against the model's context (and a draft's),
+keys the engine would not read, a draft larger than the model (`wse plan infer`'s rule),
+--max-model-len against the model's context (and a draft's),
 the host memory its slots and context need (refused naming --max-num-seqs and
 --max-model-len)."""
 
@@ -80,6 +81,10 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer, max_model_len: int
     weights = read_weights(model_dir)
     draft_weights = read_weights(spec.draft_dir()) if spec is not None else None
     cfg = read_config(model_dir)  # imports JAX (wse_models)
+    if spec is not None:  # hunt 77: a draft larger than the model served, silently
+        from wse_inference.speculative.config import check_draft_size
+
+        check_draft_size(cfg, read_config(spec.draft_dir()), str(model_dir), spec.draft_dir())
     # the pipeline holds one slot per stage, at most one stage per layer: `load.pipeline_stages`,
     # not imported here (it imports the engine: 4 s before the inputs are checked)
     rows = max_slots if spec else max(1, min(max_slots, cfg.n_layers))

@@ -358,6 +358,15 @@ class PipelineEngine:
         out = {k: float(v) for k, v in self._counters.items()}
         return out if self._zeros is None else {**out, **self._zeros.metrics()}
 
+    def reset_metrics(self) -> None:
+        """Start `metrics()` from zero (the server's warm-up calls it on the engine thread
+        once its requests are done; hunt 77: its steps and prefills were on /metrics). A
+        decode state's ticks and zeros already counted stay counted (`state.counted`,
+        `_zeros_seen`), so only what runs after the reset is added."""
+        self._counters = dict.fromkeys(self._counters, 0)
+        if self._zeros is not None:
+            self._zeros = ZeroTally(self.config)
+
     # -- convenience --------------------------------------------------------------------
     def generate_all(
         self,

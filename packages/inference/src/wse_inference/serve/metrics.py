@@ -28,7 +28,16 @@ owns its own `CollectorRegistry` (several servers may live in one process, e.g. 
   `wse_mlp_zero_fraction{layer}` and `wse_mlp_zero_fraction_mean` (the fraction of exact
   zeros in each layer's MLP hidden activation over the prompts served, when the engine
   reports `mlp_zero_fraction_layer_<i>`: ReLU-like models), and every other engine counter
-  from `engine.metrics()` as `wse_engine_<name>`.
+  from `engine.metrics()` as `wse_engine_<name>`;
+- counters read at scrape time, vLLM v1's speculative ones (vllm/v1/spec_decode/metrics.py,
+  `SpecDecodingProm`) when the engine reports speculation (`spec_drafts`, or drafted tokens):
+  `wse_spec_decode_num_drafts_total` (rounds, from `spec_drafts`),
+  `wse_spec_decode_num_draft_tokens_total` (`spec_draft_tokens`),
+  `wse_spec_decode_num_accepted_tokens_total` (`spec_accepted_tokens`) and
+  `wse_spec_decode_num_accepted_tokens_per_pos_total{position}` (`spec_accepted_tokens_pos_<i>`,
+  position 0-based as vLLM's), each where the engine reports its source; the drafted and
+  accepted tokens stay `wse_engine_*` gauges too. The engine's counters start after the
+  warm-up (`serve.warmup` resets them), so the counters only grow while the port is open.
 
 Not served, since nothing here measures them truthfully (`NOT_SERVED`): vLLM's
 `kv_cache_usage_perc` (each slot's KV cache is reserved whole for the context at start, not
@@ -49,7 +58,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from wse_inference.serve.request import RequestHandle
@@ -81,6 +90,14 @@ NOT_SERVED = (
 _ACCEPTANCE_KEYS = ("spec_acceptance_rate", "spec_decode_acceptance_rate", "acceptance_rate")
 _ACCEPTANCE_PAIRS = (("spec_accepted_tokens", "spec_draft_tokens"), ("accepted", "proposed"))
 _ZERO_LAYER = re.compile(r"mlp_zero_fraction_layer_(\d+)$")
+_SPEC_POSITION = re.compile(r"spec_accepted_tokens_pos_(\d+)$")
+# vLLM v1's speculative counters (SpecDecodingProm): name -> (engine key, HELP, popped)
+_SPEC_COUNTERS = {
+    "wse_spec_decode_num_drafts": ("spec_drafts", "Number of spec decoding drafts.", True),
+    "wse_spec_decode_num_draft_tokens": ("spec_draft_tokens", "Number of draft tokens.", False),
+    "wse_spec_decode_num_accepted_tokens": (
+        "spec_accepted_tokens", "Number of accepted tokens.", False),
+}  # fmt: skip
 
 
 def one_two_five_buckets(max_value: int) -> tuple[int, ...]:
@@ -99,6 +116,28 @@ def _acceptance_rate(m: dict[str, float]) -> float | None:
     return rate
 
 
+def _spec_counters(m: dict[str, float], model: str) -> Iterator[CounterMetricFamily]:
+    """vLLM's speculative counters from the engine's metrics `m` (the module docstring);
+    the keys only they show (rounds, per position) are popped from `m`."""
+    positions = {int(k[1]): k.string for k in map(_SPEC_POSITION.match, m) if k}
+    if not ("spec_drafts" in m or m.get("spec_draft_tokens")):  # no speculation reported
+        return
+    for name, (key, documentation, popped) in _SPEC_COUNTERS.items():
+        if key in m:
+            c = CounterMetricFamily(name, documentation, labels=["model_name"])
+            c.add_metric([model], float(m.pop(key) if popped else m[key]))
+            yield c
+    if positions:
+        c = CounterMetricFamily(
+            "wse_spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            labels=["model_name", "position"],
+        )
+        for pos in sorted(positions):
+            c.add_metric([model, str(pos)], float(m.pop(positions[pos])))
+        yield c
+
+
 class _StatsCollector(Collector):
     def __init__(self, stats_fn: Callable[[], SchedulerStats], model_name: str) -> None:
         self._stats_fn = stats_fn
@@ -109,7 +148,7 @@ class _StatsCollector(Collector):
         g.add_metric([self._model], value)
         return g
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         s = self._stats_fn()
         yield self._gauge("wse_num_requests_running", "Requests in a decode slot.", s.running)
         yield self._gauge("wse_num_requests_waiting", "Requests in the admission queue.", s.waiting)
@@ -122,6 +161,7 @@ class _StatsCollector(Collector):
                 rate,
             )
         m = dict(s.engine_metrics)
+        yield from _spec_counters(m, self._model)
         layers = {k: v for k, v in m.items() if _ZERO_LAYER.match(k)}
         if layers:
             g = GaugeMetricFamily(

@@ -14,6 +14,11 @@ Contract: `warm_up(scheduler, timeout_s=...)` runs, kept out of /metrics (`obser
    before `warm_up` returns.
 
 Every request ignores the model's EOS, so an EOS drawn first cannot skip the decode path.
+When (3) ends, its sink (on the engine thread, after every warm-up program has run and before
+the scheduler reads the engine's counters at the iteration's end) calls the engine's
+`reset_metrics()` where it has one, so its own counters (speculative rounds, drafted and
+accepted tokens, pipeline steps) start from zero too (hunt 77: the scheduler's requests were
+kept out of /metrics, the engine's 18 drafted tokens of them were not).
 It returns the log probabilities (chosen and top) of (1)'s tokens, for the server's check
 that they are finite. Hunt 77: one greedy request of two tokens left `prime` on a used
 state, the penalties' first token and the release to the first users (a 5x slower first
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from wse_inference.engine import SamplingParams
@@ -38,19 +44,24 @@ _PENALIZED = dict(presence_penalty=0.5, frequency_penalty=0.5, repetition_penalt
 class _Watched:
     """One warm-up request's events as they arrive on the engine thread."""
 
-    def __init__(self, cond: threading.Condition) -> None:
+    def __init__(self, cond: threading.Condition, on_end: Callable[[], None] | None) -> None:
         self._cond = cond
+        self._on_end = on_end  # run on the engine thread as the request ends
         self.events = 0
         self.done = False
         self.scores: list[float] = []
 
     def sink(self, ev: Any) -> None:
-        with self._cond:
-            self.events += 1
-            for lp in ev.logprobs or ():
-                self.scores.extend((lp.logprob, *(v for _, v in lp.top)))
-            self.done = self.done or ev.finish_reason is not None
-            self._cond.notify_all()
+        try:  # a failing on_end must not leave the warm-up waiting for this event
+            if ev.finish_reason is not None and self._on_end is not None:
+                self._on_end()
+        finally:
+            with self._cond:
+                self.events += 1
+                for lp in ev.logprobs or ():
+                    self.scores.extend((lp.logprob, *(v for _, v in lp.top)))
+                self.done = self.done or ev.finish_reason is not None
+                self._cond.notify_all()
 
 
 def _requests(max_context: int, vocab_size: int) -> tuple[tuple[list[int], SamplingParams], ...]:
@@ -85,8 +96,8 @@ def warm_up(scheduler: Scheduler, *, timeout_s: float = 600.0) -> list[float]:
     deadline = time.monotonic() + timeout_s
     cond = threading.Condition()
 
-    def submit(prompt_ids: list[int], sampling: SamplingParams) -> _Watched:
-        w = _Watched(cond)
+    def submit(prompt_ids: list[int], sampling: SamplingParams, on_end=None) -> _Watched:
+        w = _Watched(cond, on_end)
         scheduler.submit(prompt_ids=prompt_ids, sampling=sampling, sink=w.sink, observed=False)
         return w
 
@@ -99,6 +110,6 @@ def warm_up(scheduler: Scheduler, *, timeout_s: float = 600.0) -> list[float]:
     wait(lambda: first.events >= 2 or first.done)  # it has been through a decode step
     second = submit(*penalized)
     wait(lambda: first.done and second.done)
-    last = submit(*closing)
+    last = submit(*closing, on_end=getattr(engine, "reset_metrics", None))
     wait(lambda: last.done)
     return first.scores

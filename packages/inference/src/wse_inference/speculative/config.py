@@ -4,12 +4,17 @@ Contract. `parse_speculative_config(value)` reads vLLM's `--speculative-config`:
 object, or the path of a JSON or YAML file holding one, with the keys `model` (the draft's
 model directory), `num_speculative_tokens` (gamma, an integer in [1, 64]: the limit
 `gamma` of `wse_core.host.limits`, checked by `check_gamma`, which `SpeculativeDecoder`'s
-`gamma` also passes; default 4), `method` (vLLM's, accepted and not used: the draft is
-always a model) and
+`gamma` also passes; the option's text must give it beside a draft `model`, as vLLM
+requires it of a draft model; the mock engine's default, and the dataclass's, is 4),
+`method` (vLLM's name of the speculation:
+left out or "draft_model", the only one run here; "ngram", "eagle", "medusa", ... are
+refused, as vLLM refuses a method it does not know: hunt 77, "xyz" ran as a draft model) and
 `mock_accepted_tokens` (the mock engine's accepted drafts per round, 0..gamma, default
 gamma). Any other key, a non-object, bad JSON or an unreadable file is a `SamplingError`
 with one line. The result is a frozen `SpeculativeConfig`; `draft_dir()` is the draft's
 folder, an error when the config names none (only the mock engine needs no draft).
+`check_draft_size` refuses a draft with more parameters than
+its target, as `wse plan infer` does.
 `wse infer generate` and `wse infer serve` both read the option through this function, so
 they accept the same text and files.
 """
@@ -26,10 +31,18 @@ from wse_core.host.limits import lift, limit
 
 from wse_inference.engine import SamplingError  # no JAX (sampling imports it)
 
-__all__ = ["SpeculativeConfig", "parse_speculative_config", "check_gamma", "DEFAULT_GAMMA"]
+__all__ = [
+    "SpeculativeConfig",
+    "parse_speculative_config",
+    "check_gamma",
+    "check_draft_size",
+    "DEFAULT_GAMMA",
+    "METHODS",
+]
 
-DEFAULT_GAMMA = 4  # drafted tokens per round when the config does not say
+DEFAULT_GAMMA = 4  # the mock's drafted tokens per round when the config does not say
 OPTION = "--speculative-config"
+METHODS = ("draft_model",)  # vLLM's `method` names of what runs here: a separate draft model
 
 
 def check_gamma(gamma: object, name: str = "num_speculative_tokens") -> None:
@@ -53,11 +66,17 @@ class SpeculativeConfig:
     """A draft model and how many tokens it proposes per round (see the module contract)."""
 
     model: str | None = None
-    num_speculative_tokens: int = DEFAULT_GAMMA
+    num_speculative_tokens: int = DEFAULT_GAMMA  # the option's text must give it with a model
     method: str | None = None
     mock_accepted_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.method is not None and self.method not in METHODS:
+            got = shown(repr(self.method), quote=False)
+            raise SamplingError(
+                f'{OPTION}\'s method must be "draft_model" (a draft model, the only speculation '
+                f"run here) or left out, got {got}"
+            )
         gamma = self.num_speculative_tokens
         check_gamma(gamma)
         j = self.mock_accepted_tokens
@@ -77,7 +96,18 @@ class SpeculativeConfig:
         unknown = set(cfg) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise SamplingError(f"{OPTION} has unknown keys {sorted(unknown)}")
-        return cls(**cfg)
+        out = cls(**cfg)
+        # vLLM requires it of a draft model (hunt 77: 4 were drafted unasked); a model beside
+        # mock_accepted_tokens is refused by the engine's own rule (check_real_model or the
+        # mock's), which names what to drop
+        given = {"num_speculative_tokens", "mock_accepted_tokens"} & set(cfg)
+        if out.model is not None and not given:
+            raise SamplingError(
+                f"{OPTION} names a draft model ({shown(out.model)}) without "
+                "num_speculative_tokens; give the tokens it drafts per round, e.g. "
+                f'{{"model": DIR, "num_speculative_tokens": {DEFAULT_GAMMA}}}'
+            )
+        return out
 
     def draft_dir(self) -> str:
         """The draft's model directory; a SamplingError when the config names none."""
@@ -100,6 +130,29 @@ class SpeculativeConfig:
         """The mock engine's accepted drafts per round (default: all of them)."""
         j = self.mock_accepted_tokens
         return self.num_speculative_tokens if j is None else j
+
+
+def check_draft_size(target_config: Any, draft_config: Any, target: str, draft: str) -> None:
+    """`ModelLoadError` when the draft's config (a `wse_models.ModelConfig`: `num_params()`)
+    counts more parameters than the target's; `target` and `draft` name them. Such a draft's
+    round costs more than the target's steps it saves (hunt 77: a 6-layer draft of a 3-layer
+    target ran, 93.3 us a token predicted against 31.3 without it). The rule and words of
+    `wse plan infer` (`wse_systems.planning.infer_inputs`), which compares the same counts."""
+    from wse_inference.model_files import ModelLoadError
+
+    drafted, served = draft_config.num_params(), target_config.num_params()
+    if drafted > served:
+        raise ModelLoadError(
+            f"the draft {draft!r} ({_params(drafted)} parameters) is larger than the model "
+            f"{target!r} ({_params(served)}): a draft must be at most the model's size; give "
+            "a smaller draft, or leave --speculative-config out"
+        )
+
+
+def _params(n: int) -> str:
+    """A parameter count as `wse plan infer` writes it (3 significant digits, in billions),
+    exact where that would show a tiny model as 0."""
+    return f"{n / 1e9:.3g}B" if n >= 1e8 else f"{n:,}"
 
 
 def parse_speculative_config(value: str) -> SpeculativeConfig:

@@ -1,7 +1,8 @@
 """Speculative decoding of real models: a draft proposes, the target verifies in one pass.
 
 Contract. `SpeculativeDecoder(target, draft, gamma)` (both `LoadedModel`s with the same
-vocabulary, checked by `model_dir.check_draft` at construction) generates one sequence:
+vocabulary, checked by `model_dir.check_draft` at construction, the draft at most the
+target's parameters, by `speculative.config.check_draft_size`) generates one sequence:
 prefill both models, draw the first token from the target, then per round (one jitted call)
 the draft proposes `gamma` tokens with its KV cache, the target scores the last committed
 token and the `gamma` drafts in ONE forward pass of gamma + 1 tokens, and
@@ -55,7 +56,7 @@ from wse_inference.sampling import (
     validate_sampling,
     with_eos,
 )
-from wse_inference.speculative.config import check_gamma
+from wse_inference.speculative.config import check_draft_size, check_gamma
 from wse_inference.speculative.verify import AcceptanceStats, verify
 
 __all__ = [
@@ -257,6 +258,7 @@ class SpeculativeDecoder:
         prefill_chunk: int = 32,
     ):
         check_draft(target, draft)
+        check_draft_size(target.config, draft.config, target.name, draft.name)  # hunt 77
         # above either model's context: refused, as PlainDecoder refuses it (hunt 67: cut)
         check_decoder_settings(max_context, prefill_chunk, model_context=target.config.max_seq_len)
         if max_context is not None and max_context > (top := draft.config.max_seq_len):

@@ -6,7 +6,10 @@ whose tokens equal `speculative.decoder.SpeculativeDecoder.generate` for the sam
 round keys). Its `metrics()` reports spec_draft_tokens, spec_accepted_tokens,
 spec_acceptance_rate, spec_mean_tokens_per_pass and spec_alpha (Leviathan's alpha, the
 mean of sum_x min(p, q) over the positions evaluated: what `wse plan infer --alpha` and
-`wse_systems.serving.Speculation` take).
+`wse_systems.serving.Speculation` take), spec_drafts (rounds run: vLLM's num_drafts) and
+spec_accepted_tokens_pos_<i> (rounds whose draft position i, 0-based, was accepted: vLLM's
+num_accepted_tokens_per_pos), all since the start or the last `reset_metrics()` (the
+server's warm-up calls it: hunt 77, its rounds were on /metrics before any request).
 """
 
 from __future__ import annotations
@@ -180,10 +183,19 @@ class SpeculativeEngine:
             "spec_accepted_tokens": float(s.accepted),
             "spec_acceptance_rate": s.acceptance_rate,
             "spec_mean_tokens_per_pass": s.mean_tokens_per_pass,
+            "spec_drafts": float(s.rounds),
+            **{f"spec_accepted_tokens_pos_{i}": float(n) for i, n in enumerate(s.per_position)},
         }
         if s.beta_count:  # Leviathan's alpha, E[beta]: `wse plan infer --alpha`'s input
             out["spec_alpha"] = s.alpha
         return out if self._zeros is None else {**out, **self._zeros.metrics()}
+
+    def reset_metrics(self) -> None:
+        """Start `metrics()` (and `report()`'s acceptance statistics) from zero: the
+        server's warm-up calls it on the engine thread once its requests are done."""
+        self.stats = AcceptanceStats(self.gamma)
+        if self._zeros is not None:
+            self._zeros = ZeroTally(self.target.config)
 
     def report(self, **measured: Any) -> RunReport:
         """`SpeculativeDecoder.report` (a `wse_core.RunReport` per emitted token) at this

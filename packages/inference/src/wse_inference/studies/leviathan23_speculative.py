@@ -95,10 +95,15 @@ published one is the target). `round_in_run_ms` (decode time / rounds) is shown 
 tokens per pass (hunt 73: 2.654 over 2.629, printed as a result; the speedup is tokens per
 pass x plain step / round), or a round timed faster than a plain step, in the runs
 (`round_in_run_ms` < `plain_step_in_run_ms`; hunt 76: 99.85 < 107.33 ms was not flagged) or
-by the timer (`round_ms` < `target_step_ms`). A round (gamma drafts and a gamma + 1-token
-verification) takes at least a plain step, so such a row says the machine's load moved
-between its paired runs, not how fast speculation is; `noisy_note` names each, with the
-row's own figures (empty when not noisy).
+by the timer (`round_ms` < `target_step_ms`), or a negative draft cost c (a round timed
+shorter than its own verification; hunt 77: 37.0 < 37.6 ms gave c = -0.004, not flagged). A
+round (gamma drafts and a gamma + 1-token verification) takes at least a plain step, and
+its drafts some time, so such a row says the machine's load moved between its paired runs
+or timer calls, not how fast speculation is; `noisy_note` names each, with the row's own
+figures (empty when not noisy). `within_10pct` is each row's measured / formula within
+10%; the agreement figure, `config["agreement"]`, counts the rows that are not noisy
+(`within_10pct` of them, of how many) and says how many noisy rows it leaves out and what
+counting them would give (hunt 77: noisy rows were counted as agreement).
 Timings are most repeatable with one XLA thread (XLA_FLAGS=--xla_cpu_multi_thread_eigen=false):
 the speculative and the plain decoder then get the same single core. On a machine shared
 with other jobs the target step varies 1.5-2x between rows; each row's quantities are
@@ -202,8 +207,8 @@ def _row(target, draft, draft_layers, gamma, runs, bases, ratios, costs) -> dict
     run_round_ms = statistics.median(r.decode_s / r.metrics["speculative"]["rounds"] for r in runs)
     plain_step_ms = statistics.median(b.decode_s / (len(b.tokens) - 1) for b in bases)
     speed = statistics.median(ratios)
-    note = _noisy_note(speed, tpp, (run_round_ms * 1e3, plain_step_ms * 1e3),
-                       (cost["round_ms"], cost["target_step_ms"]))  # fmt: skip
+    timed = (cost["round_ms"], cost["target_step_ms"], cost["verify_ms"])
+    note = _noisy_note(speed, tpp, (run_round_ms * 1e3, plain_step_ms * 1e3), timed, c)
     pred = expected_speedup(alpha, gamma, c)
     corrected = expected_tokens_per_pass(alpha, gamma) / (gamma * c + v)
     return {
@@ -235,23 +240,45 @@ def _row(target, draft, draft_layers, gamma, runs, bases, ratios, costs) -> dict
 
 
 def _noisy_note(
-    speed: float, tpp: float, in_runs: tuple[float, float], timed: tuple[float, float]
+    speed: float,
+    tpp: float,
+    in_runs: tuple[float, float],
+    timed: tuple[float, float, float],
+    c: float,
 ) -> str:
     """What is impossible in a row (the module docstring; "" when nothing is): `in_runs` (a
-    round and a plain step in the runs, ms), `timed` (the timer's round and target step, ms)."""
-    (run_round, plain), (rnd, step) = in_runs, timed
+    round and a plain step in the runs, ms), `timed` (the timer's round, target step and
+    verification, ms), `c` the row's draft cost (the median of per-trial (round -
+    verification) / (gamma x step))."""
+    (run_round, plain), (rnd, step, check) = in_runs, timed
     checks = (
         (speed > tpp, f"speedup {speed:.3f} > tokens per pass {tpp:.3f}"),
         (run_round < plain, f"a round timed faster than a plain step ({_ms(run_round, plain)} "
                             "ms in the runs)"),
         (rnd < step, f"a round timed faster than a target step ({_ms(rnd, step)} ms by the "
                      "timer)"),
+        (c < 0, f"draft cost c {c:.3g} < 0: a round timed shorter than its own verification "
+                f"({_ms(rnd, check) if rnd < check else f'{rnd:.1f} vs {check:.1f}'} ms by "
+                "the timer, medians)"),
     )  # fmt: skip
     bad = [text for failed, text in checks if failed]
     if not bad:
         return ""
-    return (f"{'; '.join(bad)}: impossible, as a round takes at least a plain step; the "
-            "machine's load moved between the paired runs")  # fmt: skip
+    return (f"{'; '.join(bad)}: impossible, as a round takes at least a plain step and its "
+            "drafts some time; the machine's load moved between the paired runs")  # fmt: skip
+
+
+def agreement(rows: list[dict]) -> dict:
+    """The agreement figure (module docstring): of the rows not noisy, how many are within
+    10% of the formula; the noisy rows left out, and the count with them."""
+    kept = [r for r in rows if not r["noisy"]]
+    return {
+        "within_10pct": sum(r["within_10pct"] for r in kept),
+        "rows": len(kept),
+        "noisy_rows_left_out": len(rows) - len(kept),
+        "within_10pct_counting_noisy": sum(r["within_10pct"] for r in rows),
+        "rows_counting_noisy": len(rows),
+    }
 
 
 def _ms(low: float, high: float) -> str:
@@ -330,6 +357,7 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
             "prompt_tokens": len(prompt),
             "context": CONTEXT,
             "gammas": list(gammas),
+            "agreement": agreement(rows),
         },
         measurements=rows,
         predictions=predictions,
