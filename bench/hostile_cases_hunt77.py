@@ -1,11 +1,13 @@
 """The CLI refusals of session 77 (hunt 77, each fixed), as `hostile_cases.Case`s whose
 commands and messages are those of their tests: packages/systems/tests/test_plan_hunt77.py,
-apps/cli/tests/test_bench_hunt77.py and apps/cli/tests/test_cfd_cli_hunt77.py. One case per
+apps/cli/tests/test_bench_hunt77.py, apps/cli/tests/test_cfd_cli_hunt77.py and
+packages/trainer/tests/test_modelzoo_keys_hunt77.py. One case per
 distinct refusal. Select them with `--only '(hunt 77)'`."""
 
 from __future__ import annotations
 
 from hostile_cases import Case, _const
+from hostile_cases_hunt72 import _train  # `wse train tiny --validate-only` with overrides
 
 
 def hunt77_cases() -> list[Case]:
@@ -39,4 +41,11 @@ def hunt77_cases() -> list[Case]:
             "neumann"),
              message="Neumann walls are in the field equations' Python API",
              note="pointed at wse hpc cfd, which has no boundary option"),
+        Case("hunt77", "train runconfig.num_epochs (hunt 77)", _train("runconfig.num_epochs=1"),
+             message="no epochs here",
+             note="did you mean 'num_steps'?"),
+        Case("hunt77", "train runconfig.autoload_checkpoint false (hunt 77)",
+             _train("runconfig.autoload_checkpoint=false"),
+             message="to start fresh, leave the key out and give a new model_dir",
+             note="did you mean 'save_initial_checkpoint'?"),
     ]  # fmt: skip
