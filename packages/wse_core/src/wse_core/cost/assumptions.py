@@ -1,6 +1,6 @@
 """Assumptions a user can change: `with assume(hop_latency_cycles=2):
-PerfModel(assumed_spec("wse3"))...` (a wafer field changes the wafers built under the
-block, never a spec built outside it: `PerfModel(preset("wse3"))` there prices the preset's
+PerfModel(assumed_spec(NAME))...` (a wafer field changes the wafers built under the
+block, never a spec built outside it: `PerfModel(preset(NAME))` there prices the preset's
 own value, and warns so: `wse_core.cost.unapplied`).
 
 Every constant of the cost model (`wse_core.cost.mechanisms.CONSTANTS`, listed with units,

@@ -2,7 +2,7 @@
 
 Contract. `assume(clock_hz=...)` changes the wafers built under it (`assumed_spec(NAME)`,
 `resolve_spec(...)`: the edge where a spec is resolved once), never a `WaferSpec` built
-outside it: `PerfModel(preset("wse3"))` inside the block prices the preset's own clock, by
+outside it: `PerfModel(preset(NAME))` inside the block prices the preset's own clock, by
 design (the calibration's wafers are priced as measured under `clock_hz=...`, hunt 66).
 Hunt 77: a library user who followed the module's headline example (`with
 assume(hop_latency_cycles=2): ...` around a bare preset) got unchanged figures with no word.
@@ -25,7 +25,7 @@ __all__ = ["unapplied", "warn_unapplied"]
 _FIELDS = {f.name for f in dataclasses.fields(WaferSpec)}
 # The wafers `wse_core.cost.calibration` prices its cases on (`_wse`: the rows' WSE-2, the
 # allreduce check's CS-1): as `calibration_spec` gives them, priced as measured on purpose. A
-# bare preset("wse2") under `clock_hz=...` is their twin and is not warned of either.
+# bare WSE-2 preset under `clock_hz=...` is their twin and is not warned of either.
 _CALIBRATION_WAFERS = ("wse1", "wse2")
 
 
