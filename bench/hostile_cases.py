@@ -376,28 +376,6 @@ def cases() -> list[Case]:
             note="each child refuses in its body before JAX: the join waits for JAX's import"),
         Case("front end", "launch --nproc 2 on a one-GPU host", _const(), skip="needs a GPU host"),
     ]  # fmt: skip
-    from hostile_cases_found import found_cases  # issue 54's
-    from hostile_cases_hunt61 import hunt61_cases
-    from hostile_cases_hunt62 import hunt62_cases  # session 62's: hunts 62 and 63
-    from hostile_cases_hunt64 import hunt64_cases  # session 65's
-    from hostile_cases_hunt65 import hunt65_cases  # session 66's
-    from hostile_cases_hunt67 import hunt67_cases  # session 67's
-    from hostile_cases_hunt68 import hunt68_cases  # session 68's
-    from hostile_cases_hunt69 import hunt69_cases  # session 69's
-    from hostile_cases_hunt70 import hunt70_cases  # session 70's
-    from hostile_cases_hunt71 import hunt71_cases  # session 71's
-    from hostile_cases_hunt72 import hunt72_cases  # session 72's
-    from hostile_cases_hunt73 import hunt73_cases  # session 73's
-    from hostile_cases_hunt74 import hunt74_cases  # session 74's
-    from hostile_cases_hunt75 import hunt75_cases  # session 75's
-    from hostile_cases_hunt76 import hunt76_cases  # session 76's
-    from hostile_cases_hunt77 import hunt77_cases  # session 77's
-    from hostile_cases_more import hunt59_cases, hunt60_cases, more_cases  # hunts 57, 59, 60
+    from hostile_cases_hunts import hunt_cases  # issue 54's and each session's since
 
-    return [*sizes, *outputs, *non_finite, *faults, *front, *found_cases(), *more_cases(),
-            *hunt59_cases(), *hunt60_cases(), *hunt61_cases(), *hunt62_cases(),
-            *hunt64_cases(), *hunt65_cases(),
-            *hunt67_cases(), *hunt68_cases(), *hunt69_cases(),
-            *hunt70_cases(), *hunt71_cases(), *hunt72_cases(), *hunt73_cases(),
-            *hunt74_cases(), *hunt75_cases(), *hunt76_cases(),
-            *hunt77_cases()]  # fmt: skip
+    return [*sizes, *outputs, *non_finite, *faults, *front, *hunt_cases()]
