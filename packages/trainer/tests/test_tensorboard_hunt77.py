@@ -144,3 +144,109 @@ def test_a_kill_loses_no_recorded_step(tmp_path):
         == _jsonl(tmp_path, "train")
         == [(s, s * 0.5) for s in range(1, 7)]
     )
+
+
+# Review 77: the purge marker held for TensorBoard's Python loaders only. TensorBoard 2.21's
+# default Rust data server never applies it (a resume to 4 still showed eval steps 8 and 12),
+# and a file written before the marker (tensorboardX's own SummaryWriter, an older version of
+# ours, a `mode: eval` run's eval/) showed a resume's steps twice. A resume now rewrites each
+# older event file without the steps past it. Oracle: the raw records of each file, read with
+# no purge rule at all (what a loader that ignores the marker shows), against metrics.jsonl.
+
+
+def _events(path: Path) -> list:
+    from tensorboardX.proto.event_pb2 import Event
+
+    return [Event.FromString(raw) for raw in _records(path)]
+
+
+def _raw(folder: Path, tag: str = "loss") -> list[tuple[int, float]]:
+    """(step, value) of `tag` in every file of `folder` in name order, no purge rule."""
+    files = sorted(p for p in folder.iterdir() if "tfevents" in p.name)
+    return [(e.step, v.simple_value) for p in files for e in _events(p)
+            for v in e.summary.value if v.tag == tag]  # fmt: skip
+
+
+def _old_run(folder: Path, steps: int, evals: tuple[int, ...]) -> None:
+    """A run folder an older version left: tensorboardX's SummaryWriter's files, no marker."""
+    from tensorboardX import SummaryWriter
+
+    rows, writers = [], {m: SummaryWriter(str(folder / m)) for m in ("train", "eval")}
+    for step in range(1, steps + 1):
+        for mode, loss in [("train", 1 + step / 7)] + [("eval", 1 + step / 3)] * (step in evals):
+            writers[mode].add_scalar("loss", loss, step)
+            rows.append(json.dumps({"step": step, "mode": mode, "loss": loss}) + "\n")
+    for w in writers.values():
+        w.close()
+    (folder / "metrics.jsonl").write_text("".join(rows))
+
+
+@pytest.mark.parametrize("resume_step", [0, 4, 8, 12])
+def test_an_older_versions_files_drop_the_steps_past_a_resume(tmp_path, resume_step):
+    _old_run(tmp_path, 12, evals=(4, 8, 12))
+    old = {m: sorted((tmp_path / m).iterdir()) for m in ("train", "eval")}
+    _train(MetricsLog(tmp_path, resume_step=resume_step), range(resume_step + 1, 15), 5.0)
+    for mode, files in old.items():
+        for path in files:  # the raw steps: no purge rule needed
+            events = _events(path)
+            assert events[0].file_version == "brain.Event:2", path  # kept
+            assert max(e.step for e in events) <= resume_step, path
+        assert _raw(tmp_path / mode) == _shown(tmp_path / mode) == _jsonl(tmp_path, mode)
+    assert [s for s, _ in _raw(tmp_path / "train")] == list(range(1, 15))
+    assert [s for s, _ in _raw(tmp_path / "eval")] == [s for s in (4, 8, 12) if s <= resume_step]
+    assert not [p for p in tmp_path.rglob("*") if ".wse-trim." in p.name]
+
+
+def test_every_loader_shows_a_resume_as_metrics_jsonl_does(tmp_path):
+    # the review's repro: evals at 4, 8, 12, a resume to 4 records steps 5-10 and no eval
+    _train(MetricsLog(tmp_path), range(1, 13), 1.0, evals=(4, 8, 12))
+    _train(MetricsLog(tmp_path, resume_step=4), range(5, 11), 5.0)
+    for mode in ("train", "eval"):  # before: the raw eval steps were 4, 8, 12
+        assert _raw(tmp_path / mode) == _shown(tmp_path / mode) == _jsonl(tmp_path, mode)
+    assert [s for s, _ in _raw(tmp_path / "eval")] == [4]
+
+
+def test_a_cut_off_tail_is_dropped_and_an_untouched_file_stays(tmp_path):
+    _train(MetricsLog(tmp_path), range(1, 5), 1.0)
+    first = next((tmp_path / "train").iterdir())
+    _train(MetricsLog(tmp_path, resume_step=4), range(5, 9), 2.0)  # nothing past 4 to drop
+    second = next(p for p in (tmp_path / "train").iterdir() if p != first)
+    before = first.stat()
+    whole = second.read_bytes()
+    last = whole[-(len(_records(second)[-1]) + 16) :]  # its step-8 record, framed
+    second.write_bytes(whole + last[:-5])  # a record a power cut cut off
+    second.chmod(0o640)
+    MetricsLog(tmp_path, resume_step=6).close()
+    assert (first.stat().st_ino, first.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert [e.step for e in _events(second) if e.summary.value] == [5, 6]  # CRCs checked
+    assert second.stat().st_mode & 0o777 == 0o640
+    assert _raw(tmp_path / "train") == _jsonl(tmp_path, "train")
+
+
+_KILLED_REWRITE = """import os, signal, sys
+from pathlib import Path
+import wse_trainer.tensorboard_events as tb
+real = os.replace
+def killed(src, dst):  # the temporary file written whole and fsynced, not yet renamed
+    if ".wse-trim." in str(src):
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst)
+tb.os.replace = killed
+from wse_trainer.metrics import MetricsLog
+MetricsLog(sys.argv[1], resume_step=4)
+"""
+
+
+def test_a_kill_during_the_rewrite_leaves_the_old_file_whole(tmp_path):
+    _train(MetricsLog(tmp_path), range(1, 9), 1.0)
+    (path,) = (tmp_path / "train").iterdir()
+    old = path.read_bytes()
+    child = subprocess.run([sys.executable, "-c", _KILLED_REWRITE, str(tmp_path)], timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    assert path.read_bytes() == old  # the old file stays until its replacement is whole
+    (left,) = [p for p in (tmp_path / "train").iterdir() if p != path]
+    assert "tfevents" not in left.name  # no reader takes it for an event file
+    _train(MetricsLog(tmp_path, resume_step=4), range(5, 7), 2.0)  # the next resume
+    assert not left.exists()  # the killed rewrite's leftover removed
+    assert _raw(tmp_path / "train") == _jsonl(tmp_path, "train")
+    assert [s for s, _ in _raw(tmp_path / "train")] == list(range(1, 7))

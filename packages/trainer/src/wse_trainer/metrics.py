@@ -6,10 +6,12 @@
   note, any other line that is no record is a ConfigError naming it (`read_metrics`). Each
   write checks the file is still the run's (`RunFolderGone`: the folder deleted mid-run).
 - `<model_dir>/train/` and `<model_dir>/eval/`: TensorBoard event files (ModelZoo's layout),
-  each record flushed as it is written, and a resume's file opening with the purge marker of
-  PyTorch's `SummaryWriter(purge_step=resume_step + 1)`, so TensorBoard hides the killed
-  run's steps past the restored one as metrics.jsonl drops them (`tensorboard_events`; hunt
-  77: a rewind showed steps 9-12 twice, a kill -9 left a 0-byte event file).
+  each record flushed as it is written; on resume, each event file holding steps past the
+  restored one is rewritten without them, atomically, as metrics.jsonl is, and the resumed
+  run's file opens with the purge marker of PyTorch's `SummaryWriter(purge_step=resume_step
+  + 1)`, so every TensorBoard loader shows metrics.jsonl's one run (`tensorboard_events`;
+  hunt 77: a rewind showed steps 9-12 twice, a kill -9 left a 0-byte event file; review 77:
+  the marker alone held for TensorBoard's Python loaders only, and never for an older file).
 - `<model_dir>/run.log`: every log line, appended.
 - A record is written whole (`interrupt.held`: a signal inside it is raised at its end), and
   `close` waits for TensorBoard's writer at most `CLOSE_BOUND_S` (hunt 75: tensorboardX's
@@ -38,7 +40,7 @@ from wse_core.errors import RunFault
 from wse_core.host.atomic import write_atomically
 
 from wse_trainer import interrupt
-from wse_trainer.tensorboard_events import EventFile, event_files
+from wse_trainer.tensorboard_events import EventFile, event_files, trim_events
 
 __all__ = ["MetricsLog", "NullLog", "RunFolderGone", "StepStats", "Throughput", "train_line",
            "eval_line", "read_metrics"]  # fmt: skip
@@ -218,8 +220,9 @@ class RunFolderGone(RunFault):
 class MetricsLog:
     """Appends metrics and log lines for one run in `model_dir`. Records past `resume_step`
     (from a killed run) are dropped first, and a cut-off last line (said on stderr); None
-    keeps them all (an eval: it only adds its record). TensorBoard hides the same steps: each
-    event folder that holds events opens a file with the purge marker at once (module doc).
+    keeps them all (an eval: it only adds its record). The event files drop the same steps
+    (`trim_events`), and each event folder that holds events opens a file with the purge
+    marker at once (module doc).
     Each write first checks that metrics.jsonl is still the file it opened: `RunFolderGone`
     otherwise."""
 
@@ -244,7 +247,8 @@ class MetricsLog:
         self._writers: dict[str, Any] = {}
         self._purge_step = None if resume_step is None else resume_step + 1
         for mode in ("train", "eval") if resume_step is not None else ():
-            if event_files(self.dir / mode):  # hidden now, even where this run writes none
+            trim_events(self.dir / mode, resume_step)  # every loader, every older file
+            if event_files(self.dir / mode):  # marked now, even where this run writes none
                 self._writer(mode)
 
     def check(self) -> None:
