@@ -29,7 +29,7 @@ def hunt77_cases() -> list[Case]:
              note="the SRAM ledger's raw words"),
         Case("hunt77", "plan train --gpus with no Megatron layout (hunt 77)", _const(
             "plan", "train", "--model", "llama3-8b", "--tokens", "1e12", "--gpus", "1000"),
-             message="use 992 or 1024 GPUs",
+             message="use 512 or 1024 GPUs",
              note="priced ranks of uneven batches as even"),
         Case("hunt77", "infer bench --goodput not KEY:ms (hunt 77)", _const(
             "infer", "bench", "--url", "http://127.0.0.1:9", "-n", "2", "--goodput",

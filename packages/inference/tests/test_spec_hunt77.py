@@ -210,6 +210,34 @@ def test_the_cli_refuses_a_larger_draft_in_one_line(models, command):
     assert "a draft must be at most the model's size" in line  # `wse plan infer`'s words
 
 
+def test_the_engines_and_wse_plan_infer_refuse_a_draft_by_one_rule_in_one_format(models):
+    """megatron77: the rule was written twice (here and in `wse plan infer`); now one helper,
+    `wse_systems.planning.infer_inputs.check_draft_size`, whose words both give."""
+    from wse_inference.model_dir import load_model
+    from wse_inference.speculative.config import check_draft_size
+    from wse_systems.planning.choice import ModelChoice, PlanError
+    from wse_systems.planning.infer_inputs import Draft, speculation_of
+    from wse_systems.serving import Workload
+
+    target, big = load_model(str(models / "target")), load_model(str(models / "big_draft"))
+    n_target, n_big = _weights(target), _weights(big)  # the oracle: the arrays themselves
+    assert n_big > n_target
+    rule = f"({n_big:,} parameters) is larger than the model {{}} ({n_target:,}): a draft must "
+    rule += "be at most the model's size; give a smaller "
+    with pytest.raises(ModelLoadError) as engine:
+        check_draft_size(target.config, big.config, "t", "d")
+    assert str(engine.value) == f"the draft 'd' {rule.format(repr('t'))}draft, or leave " + (
+        "--speculative-config out"
+    )
+    asked, served = Draft(ModelChoice("d", big.config), None, 0.5), ModelChoice("t", target.config)
+    work = Workload(prompt_tokens=4, output_tokens=4)
+    with pytest.raises(PlanError) as plan:
+        speculation_of(asked, served, work)
+    assert str(plan.value) == f"--draft d {rule.format('t')}--draft"
+    check_draft_size(target.config, target.config, "t", "t")  # as large: allowed by both
+    assert speculation_of(Draft(served, None, 0.5), served, work) is not None
+
+
 # -- hole 4: vLLM's method names and num_speculative_tokens ------------------------------------
 @pytest.mark.parametrize("method", ["xyz", "eagle", "ngram", "medusa", 3])
 def test_a_method_that_does_not_run_here_is_refused(method):

@@ -2,9 +2,11 @@
 
 - GPU training spread a global batch evenly over data-parallel ranks that do not divide it
   (16 sequences on 12 ranks priced 1.33 a rank; the busiest runs 2). Layouts are now those
-  Megatron-LM runs (dp divides the global batch). Oracles: every layout of the count by hand
-  (dp | batch, tp a power of two in a node, pp <= layers, the memory formula by hand), the
-  busiest rank's compute from PaLM's flops by hand, the nearest counts by brute force.
+  Megatron-LM runs (dp divides the global batch), and, later in the hunt, pipeline stages that
+  divide the layers (24 GPUs ran Llama 3 8B as pp 3). Oracles: every layout of the count by
+  hand from Megatron's documented checks (dp | batch, tp <= a node dividing the heads, pp |
+  layers, the memory formula by hand), the busiest rank's compute from PaLM's flops by hand,
+  the nearest counts by brute force.
 - Pipeline stages sent nothing to each other (1,024 GPUs priced as 128). Oracle: the serving
   model's own hop (`serving.gpu_step.step`'s `stage_hops_s`) and the datasheet's NVLink.
 - The default wafers of a 70B with an 8B draft held no user; --stages and --wafers named
@@ -16,6 +18,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -57,34 +60,62 @@ def _bytes_8b(tp: int, pp: int) -> float:
 
 
 def _megatron_layouts(gpus: int, batch: int) -> set[tuple[int, int, int]]:
-    """Every (dp, tp, pp) Megatron-LM runs on `gpus` H100s: dp divides the batch."""
-    return {(gpus // (tp * pp), tp, pp) for tp in (1, 2, 4, 8) for pp in range(1, 33)
-            if gpus % (tp * pp) == 0 and batch % (gpus // (tp * pp)) == 0
-            and _bytes_8b(tp, pp) <= 0.9 * 80 * 2**30}  # fmt: skip
+    """Every (dp, tp, pp) Megatron-LM runs on `gpus` H100s for Llama 3 8B (32 layers, 32
+    heads, 8 KV heads), from its documented checks: tp x pp x dp = the world size; tp <= 8
+    (a node) dividing the attention heads and the query groups; pp dividing the layers
+    ("number of layers should be divisible by the pipeline parallel size"); dp dividing the
+    global batch at micro-batches of one; and the memory formula by hand."""
+    every = set()
+    for dp in (d for d in range(1, gpus + 1) if gpus % d == 0 and batch % d == 0):
+        for tp in (t for t in range(1, 9) if (gpus // dp) % t == 0 and 32 % t == 0 == 8 % t):
+            pp = gpus // (dp * tp)
+            if 32 % pp == 0 and _bytes_8b(tp, pp) <= 0.9 * 80 * 2**30:
+                every.add((dp, tp, pp))
+    return every
 
 
-def test_a_step_runs_on_a_layout_megatron_runs_at_its_busiest_ranks_pace():
-    step = gpum.train_step(L8B, gpum.H100, num_gpus=24, batch=16, seq_len=SEQ)
+def test_layouts_are_those_megatron_runs_and_a_step_runs_at_its_busiest_ranks_pace():
+    for gpus in (8, 16, 24, 32, 48, 96, 1000, 1024):
+        priced = gpu_layout.layouts(L8B, gpum.H100, gpus, SEQ, 16)
+        assert {(x.dp, x.tp, x.pp) for x in priced} == _megatron_layouts(gpus, 16), gpus
+    # before: 24 GPUs ran dp 1 x tp 8 x pp 3, 10.67 of the 32 layers a stage (0.9479 s a step;
+    # earlier still dp 12 x tp 2, 1.33 sequences a rank); Megatron-LM refuses both
+    assert not _megatron_layouts(24, 16) and (1, 8, 3) not in _megatron_layouts(24, 16)
+    below = next(k for k in range(23, 0, -1) if _megatron_layouts(k, 16))
+    above = next(k for k in range(25, 49) if _megatron_layouts(k, 16))
+    with pytest.raises(gpum.GpuLayoutError) as e:
+        gpum.train_step(L8B, gpum.H100, num_gpus=24, batch=16, seq_len=SEQ)
+    assert str(e.value).endswith(f"use {below} or {above} GPUs")
+    assert "pipeline parallel dividing the 32 layers" in str(e.value)
+    step = gpum.train_step(L8B, gpum.H100, num_gpus=16, batch=16, seq_len=SEQ)
     lay = step.layout
-    every = _megatron_layouts(24, 16)
-    assert (12, 2, 1) not in every  # the layout priced before: 16 sequences on 12 ranks
-    priced = gpu_layout.layouts(L8B, gpum.H100, 24, SEQ, 16)
-    assert {(x.dp, x.tp, x.pp) for x in priced} == every
-    assert (lay.dp, lay.tp, lay.pp) in every
+    assert (lay.dp, lay.tp, lay.pp) in _megatron_layouts(16, 16)
     micro = 16 // lay.dp
     compute = micro * SEQ * _flops_8b() / (lay.tp * lay.pp * PEAK * MFU)
     assert step.compute_s == pytest.approx(compute, rel=1e-12)
-    assert (lay.dp, lay.tp, lay.pp) == (1, 8, 3)  # stages a node each: hops over IB
-    sends = 2 * micro * (2 * SEQ * D / IB + IB_LAT)
-    assert step.step_s == pytest.approx((compute + sends) * (1 + 2 / micro), rel=1e-12)
-    # before: 0.7995 s, the even split over 24 GPUs that no rank runs (real: 1.199 s)
-    assert step.step_s > 16 * SEQ * _flops_8b() / (24 * PEAK * MFU) * 1.1
+    assert step.step_s >= compute * (1 + (lay.pp - 1) / micro) * (1 - 1e-12)
+
+
+def test_min_train_gpus_counts_only_stages_that_divide_the_layers():
+    def fewest(big) -> int:  # the oracle: Megatron's checks and the memory formula by hand
+        layers, params, act = big.n_layers, gpu_layout.num_params(big), 16 * D
+        return min(tp * pp for tp in (1, 2, 4, 8) for pp in range(1, layers + 1)
+                   if 32 % tp == 0 == 8 % tp and layers % pp == 0
+                   and 16 * params / (tp * pp) + (layers * 2 + 34) * act / tp
+                   <= 0.9 * 80 * 2**30)  # fmt: skip
+
+    # ~11B parameters (a 500k vocabulary) need 3 GPUs of memory: 3 stages only where 3
+    # divides the layers, else 4 (before: 3 for 32 and 35 layers too)
+    for layers, need in ((32, 4), (33, 3), (35, 4), (36, 3)):
+        big = dataclasses.replace(L8B, n_layers=layers, vocab_size=500_000)
+        assert gpum.min_train_gpus(big, gpum.H100, seq_len=16) == fewest(big) == need
 
 
 def test_a_count_with_no_megatron_layout_names_the_nearest_that_have_one():
     below = next(k for k in range(999, 0, -1) if _megatron_layouts(k, 16))
     above = next(k for k in range(1001, 2001) if _megatron_layouts(k, 16))
-    assert not _megatron_layouts(1000, 16) and (below, above) == (992, 1024)
+    # before: 992 or 1024 (992 = 8 x 31 x 4: 31 stages of 32 layers)
+    assert not _megatron_layouts(1000, 16) and (below, above) == (512, 1024)
     with pytest.raises(gpum.GpuLayoutError) as e:
         gpum.train_step(L8B, gpum.H100, num_gpus=1000, batch=16, seq_len=SEQ)
     assert isinstance(e.value, gpum.GpuMemoryError)  # the planners' searches skip the count
@@ -132,6 +163,20 @@ def test_gpus_to_match_run_ranks_that_divide_the_batch():
     flops = gpum.train_flops_per_token(twelve, SEQ)
     busiest = 4 * SEQ * flops / (4 * PEAK * MFU)
     assert steps * busiest > target and m != 40
+    # the 48 matched next (dp 2 x tp 8 x pp 3: 40 layers in 3 stages) has no layout that
+    # Megatron-LM runs by default: dp | 32, tp <= 8 dividing 40 heads and 8 KV heads, pp | 40
+    splits = [(dp, tp, 48 // (dp * tp)) for dp in (1, 2, 4, 8, 16) for tp in (1, 2, 4, 8)]
+    assert not [x for x in splits if 48 % (x[0] * x[1]) == 0 and 40 % x[2] == 0]
+    assert 40 % matched.layout.pp == 0 and m > 48
+
+    def meets(k: int) -> bool:  # the oracle for the match: every count tried below it
+        try:
+            step = gpum.train_step(twelve, gpum.H100, num_gpus=k, batch=batch, seq_len=SEQ)
+        except gpum.GpuMemoryError:
+            return False
+        return steps * step.step_s <= target
+
+    assert m == 64 and not any(meets(k) for k in range(1, m))
 
 
 def test_the_default_wafers_hold_the_model_its_draft_and_one_user():

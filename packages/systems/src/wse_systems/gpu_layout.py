@@ -11,9 +11,14 @@ recompute (each layer's bf16 input kept, 2 s d bytes a sequence a layer, and one
 working set 34 s d bytes, Korthikanti et al. 2022 with flash attention), micro-batches of
 one sequence, within `USABLE_MEMORY` of HBM.
 
-Layouts: tensor parallel 1, 2, 4 or 8 inside a node, pipeline parallel up to one stage a
-layer, the rest data parallel, where dp divides the global batch. Megatron-LM refuses a
-global batch that micro-batch x dp does not divide (its num_microbatches_calculator:
+Layouts: tensor parallel 1, 2, 4 or 8 inside a node dividing the attention and KV heads,
+pipeline parallel dividing the layers, the rest data parallel, where dp divides the global
+batch: Megatron-LM's checks by default ("num_attention_heads must be divisible by
+tensor_model_parallel_size", "number of layers should be divisible by the pipeline parallel
+size"; hunt 77: 24 H100s ran 16 sequences of Llama 3 8B as pp 3, 10.67 of its 32 layers a
+stage, where the busiest runs 11, and `min_train_gpus` counted such stages; tco-training's
+GPUs to match were 48, 192 and 768, pp 3 of 40 layers, now 64, 256 and 1,024). Megatron-LM
+refuses a global batch that micro-batch x dp does not divide (its num_microbatches_calculator:
 "global batch size ... is not divisible by micro batch size ... times data parallel
 size"), so every rank runs batch / dp micro-batches and none idles. Hunt 77: dp 12 was
 priced for 16 sequences as if each rank ran 1.33 (the busiest runs 2: 0.7995 s a step
@@ -83,16 +88,21 @@ def train_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> float:
     return states + inputs + working
 
 
+def _splits(model: DecoderShape, gpu: GpuSpec) -> Iterator[tuple[int, int]]:
+    """Every (tp, pp) Megatron-LM accepts for `model` (module docstring): tp 1, 2, 4 or 8 in
+    a node dividing the attention heads and the KV heads, pp dividing the layers."""
+    heads = (model.n_heads, model.n_kv_heads)
+    for tp in TENSOR_PARALLEL:
+        if tp <= gpu.gpus_per_node and all(h % tp == 0 for h in heads):
+            yield from ((tp, pp) for pp in range(1, model.n_layers + 1) if model.n_layers % pp == 0)
+
+
 def _fitting(model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int):
     """Every (dp, tp, pp) of `num_gpus` whose training state fits memory."""
     usable = USABLE_MEMORY * gpu.memory_bytes
-    for tp in (t for t in TENSOR_PARALLEL if t <= gpu.gpus_per_node and num_gpus % t == 0):
-        for pp in range(1, model.n_layers + 1):
-            if num_gpus % (tp * pp):
-                continue
-            need = train_bytes(model, seq_len, tp, pp)
-            if need <= usable:
-                yield TrainLayout(num_gpus // (tp * pp), tp, pp, need)
+    for tp, pp in _splits(model, gpu):
+        if num_gpus % (tp * pp) == 0 and (need := train_bytes(model, seq_len, tp, pp)) <= usable:
+            yield TrainLayout(num_gpus // (tp * pp), tp, pp, need)
 
 
 def layouts(
@@ -104,14 +114,10 @@ def layouts(
 
 
 def min_train_gpus(model: DecoderShape, gpu: GpuSpec, *, seq_len: int) -> int:
-    """The fewest GPUs (tp <= node, pp <= layers) whose training state fits."""
+    """The fewest GPUs (a tp x pp Megatron-LM accepts: `_splits`) whose training state fits."""
     usable = USABLE_MEMORY * gpu.memory_bytes
-    best = [
-        tp * pp
-        for tp in TENSOR_PARALLEL
-        for pp in range(1, model.n_layers + 1)
-        if train_bytes(model, seq_len, tp, pp) <= usable
-    ]
+    best = [tp * pp for tp, pp in _splits(model, gpu)
+            if train_bytes(model, seq_len, tp, pp) <= usable]  # fmt: skip
     if not best:
         raise GpuMemoryError(f"no layout of {gpu.name} GPUs holds this model's training state")
     return min(best)
@@ -143,8 +149,9 @@ def no_layout_error(
     return GpuLayoutError(
         f"{num_gpus} x {gpu.name}: no layout runs the global batch of {batch} sequences: "
         f"Megatron-LM needs data-parallel ranks that divide it (tensor parallel "
-        f"{'/'.join(map(str, TENSOR_PARALLEL))} in a node, pipeline <= {model.n_layers} "
-        f"layers, the rest data parallel); use {near or 'another count of'} GPUs"
+        f"{'/'.join(map(str, TENSOR_PARALLEL))} in a node dividing the heads, pipeline "
+        f"parallel dividing the {model.n_layers} layers, the rest data parallel); use "
+        f"{near or 'another count of'} GPUs"
     )
 
 

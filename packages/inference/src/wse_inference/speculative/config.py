@@ -14,7 +14,7 @@ gamma). Any other key, a non-object, bad JSON or an unreadable file is a `Sampli
 with one line. The result is a frozen `SpeculativeConfig`; `draft_dir()` is the draft's
 folder, an error when the config names none (only the mock engine needs no draft).
 `check_draft_size` refuses a draft with more parameters than
-its target, as `wse plan infer` does.
+its target, by `wse plan infer`'s rule (`wse_systems.planning.infer_inputs`).
 `wse infer generate` and `wse infer serve` both read the option through this function, so
 they accept the same text and files.
 """
@@ -134,25 +134,16 @@ class SpeculativeConfig:
 
 def check_draft_size(target_config: Any, draft_config: Any, target: str, draft: str) -> None:
     """`ModelLoadError` when the draft's config (a `wse_models.ModelConfig`: `num_params()`)
-    counts more parameters than the target's; `target` and `draft` name them. Such a draft's
-    round costs more than the target's steps it saves (hunt 77: a 6-layer draft of a 3-layer
-    target ran, 93.3 us a token predicted against 31.3 without it). The rule and words of
-    `wse plan infer` (`wse_systems.planning.infer_inputs`), which compares the same counts."""
+    counts more parameters than the target's; `target` and `draft` name them. The rule and
+    words are `wse plan infer`'s own (`wse_systems.planning.infer_inputs.check_draft_size`,
+    hunt 77: written here a second time)."""
+    from wse_systems.planning.infer_inputs import check_draft_size as rule
+
     from wse_inference.model_files import ModelLoadError
 
-    drafted, served = draft_config.num_params(), target_config.num_params()
-    if drafted > served:
-        raise ModelLoadError(
-            f"the draft {draft!r} ({_params(drafted)} parameters) is larger than the model "
-            f"{target!r} ({_params(served)}): a draft must be at most the model's size; give "
-            "a smaller draft, or leave --speculative-config out"
-        )
-
-
-def _params(n: int) -> str:
-    """A parameter count as `wse plan infer` writes it (3 significant digits, in billions),
-    exact where that would show a tiny model as 0."""
-    return f"{n / 1e9:.3g}B" if n >= 1e8 else f"{n:,}"
+    rule(target_config, draft_config, target=repr(target), draft=f"the draft {draft!r}",
+         remedy="give a smaller draft, or leave --speculative-config out",
+         error=ModelLoadError)  # fmt: skip
 
 
 def parse_speculative_config(value: str) -> SpeculativeConfig:

@@ -379,7 +379,8 @@ def plan_train(
     try:
         start = gpum.min_train_gpus(shape, g, seq_len=seq)
     except gpum.GpuMemoryError as e:  # the wafers alone
-        notes.append(f"GPUs: {e} (tensor parallel <= a node, pipeline <= layers): no GPU side")
+        why = "tensor parallel <= a node, pipeline dividing the layers"
+        notes.append(f"GPUs: {e} ({why}): no GPU side")
         return Plan("train", choice.name, num_params(shape), inputs, w_side, None, None, notes)
     m = m_asked or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
     inputs["gpus"] = m
