@@ -5,8 +5,9 @@ loss points (9-12 twice), and a kill -9 left a 0-byte event file (tensorboardX f
 (a SessionLog START at T = resume_step + 1) and each record is flushed as it is written.
 
 Oracles: metrics.jsonl's (step, loss) records, against the event files read as TensorBoard
-reads them: TensorBoard's own `EventAccumulator` where it is installed, else a reader written
-here from the formats' specs (TFRecord framing with its masked CRC-32C, itself checked on
+reads them by a reader written here from the formats' specs (TensorBoard is not a test
+dependency; its EventAccumulator and its default Rust loader were checked by hand, stop 77's
+note) (TFRecord framing with its masked CRC-32C, itself checked on
 CRC-32C's published check value; TensorBoard's rule for a SessionLog START at step T: the
 events before it whose step is >= T are purged)."""
 
@@ -59,14 +60,6 @@ def _records(path: Path) -> list[bytes]:
 
 def _shown(folder: Path, tag: str = "loss") -> list[tuple[int, float]]:
     """(step, value) of `tag` as TensorBoard shows the event files of `folder`."""
-    try:
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    except ImportError:
-        EventAccumulator = None
-    if EventAccumulator is not None:
-        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-        acc.Reload()
-        return [(e.step, e.value) for e in acc.Scalars(tag)]
     from tensorboardX.proto.event_pb2 import Event, SessionLog
 
     shown: list[tuple[int, float]] = []
