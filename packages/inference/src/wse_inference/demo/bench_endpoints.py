@@ -13,17 +13,15 @@ otherwise: vLLM's default), and `top_p` / `top_k` / `ignore_eos` only when set (
 dataset) are a ValueError.
 
 `read_chunk(backend, data)` is one `data:` payload as (`openai_replies.Chunk`, role-only):
-the checks are `openai_replies.parse_chunk`'s (an error event, a malformed chunk or usage, an
+`openai_replies.parse_chunk`'s, in one pass (an error event, a malformed chunk or usage, an
 integer past any count); a chat chunk's text is its choices' `delta.content`, and a chunk
 whose deltas carry a role and no content (vLLM's server opens every chat stream with one) is
 role-only: it is timed as vLLM times it (it is the first chunk with a choice: the TTFT) but
-carries no token. Chat deltas are read from a second `json.loads` of a payload
-`parse_chunk` already took whole, so its bounds hold for both.
+carries no token.
 """
 
 from __future__ import annotations
 
-import json
 from typing import NamedTuple
 
 from wse_inference.demo.bench_data import BenchRequest
@@ -69,12 +67,5 @@ def request_body(
 
 def read_chunk(backend: str, data: str) -> tuple[Chunk, bool]:
     """One `data:` payload of `backend`'s stream: (the chunk, whether it is role-only)."""
-    chunk = parse_chunk(data)  # every check; a chat's choices have no "text": ""
-    if backend != CHAT or not chunk.choice:
-        return chunk, False
-    deltas = [c.get("delta") or {} for c in json.loads(data)["choices"]]
-    if not all(isinstance(d, dict) and isinstance(d.get("content") or "", str) for d in deltas):
-        raise ValueError(f"a chunk whose choices are not OpenAI chat's: {data[:80]!r}")
-    text = "".join(d.get("content") or "" for d in deltas)
-    role_only = not text and not chunk.finished and any("role" in d for d in deltas)
-    return chunk._replace(text=text), role_only
+    chunk = parse_chunk(data, chat=backend == CHAT)
+    return chunk, chunk.role_only

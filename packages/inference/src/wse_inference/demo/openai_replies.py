@@ -7,7 +7,8 @@ The load-test client (`demo.load_test`) trusts none of it (hunts 58b, 68, 69):
   bytes (`LineTooLong` past it: a line with no newline was buffered until the deadline, ~200 MB/s);
 - `first_model(status, body)`: the first model id of GET /v1/models (`ServerReplyError`,
   carrying the HTTP status where it was not 200, when there is none);
-- `parse_chunk(data)`: one `data:` payload as a `Chunk` (ValueError saying what is wrong);
+- `parse_chunk(data, chat=False)`: one `data:` payload as a `Chunk` (ValueError saying what
+  is wrong); `chat`: a chat stream's, whose text is its choices' `delta.content`;
 - `reason(detail)`: the message of an error reply.
 
 JSON nested deeper than Python's reader goes (a 4 KB `[[[[...` is enough) is a RecursionError
@@ -72,13 +73,15 @@ class Chunk(NamedTuple):
     """One streamed completion chunk: `choice` (its `choices` list is not empty: vLLM's test
     for a chunk that carries a token), their `text`, `finished` (a choice has a
     finish_reason), `tokens` and `prompt_tokens` (usage.completion_tokens and
-    usage.prompt_tokens, None when absent)."""
+    usage.prompt_tokens, None when absent), `role_only` (a chat chunk whose deltas carry a
+    role and no content: vLLM's server opens every chat stream with one)."""
 
     choice: bool
     text: str
     finished: bool
     tokens: int | None
     prompt_tokens: int | None = None
+    role_only: bool = False
 
 
 async def read_head(parts: AsyncIterator[bytes], limit: int) -> bytes:
@@ -166,9 +169,10 @@ def phrase(status: int) -> str:
     return httpx.codes.get_reason_phrase(status) or "(no standard meaning)"
 
 
-def parse_chunk(data: str) -> Chunk:
+def parse_chunk(data: str, *, chat: bool = False) -> Chunk:
     """One SSE `data:` payload as a `Chunk`; ValueError naming what is wrong if it is not
-    OpenAI's chunk (or is an error event)."""
+    OpenAI's chunk (or is an error event). `chat`: a chat completion's chunk, its text its
+    choices' `delta.content`."""
 
     def integer(digits: str) -> int:
         if len(digits.lstrip("-")) > MAX_INT_DIGITS:
@@ -191,14 +195,21 @@ def parse_chunk(data: str) -> Chunk:
         raise ValueError(f"a chunk whose choices are not OpenAI's: {data[:80]!r}")
     text = "".join(c.get("text") or "" for c in choices)
     finished = any(c.get("finish_reason") for c in choices)
+    role_only = False
+    if chat and choices:
+        deltas = [c.get("delta") or {} for c in choices]
+        if not all(isinstance(d, dict) and isinstance(d.get("content") or "", str) for d in deltas):
+            raise ValueError(f"a chunk whose choices are not OpenAI chat's: {data[:80]!r}")
+        text = "".join(d.get("content") or "" for d in deltas)
+        role_only = not text and not finished and any("role" in d for d in deltas)
     usage = chunk.get("usage")
     if usage is None:
-        return Chunk(bool(choices), text, finished, None)
+        return Chunk(bool(choices), text, finished, None, role_only=role_only)
     tokens, prompt = (usage.get(k) if isinstance(usage, dict) else None
                       for k in ("completion_tokens", "prompt_tokens"))  # fmt: skip
     if not _count(tokens) or not (prompt is None or _count(prompt)):
         raise ValueError(f"a chunk whose usage is not OpenAI's: {data[:80]!r}")
-    return Chunk(bool(choices), text, finished, tokens, prompt)
+    return Chunk(bool(choices), text, finished, tokens, prompt, role_only)
 
 
 def _count(v) -> bool:
