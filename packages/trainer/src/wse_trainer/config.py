@@ -31,7 +31,7 @@ from wse_core.hw.presets import spec_loader
 
 from wse_trainer import modelzoo_keys
 from wse_trainer.modelzoo_keys import MODELZOO_KEYS, Written, hint, moved, moved_problem, same
-from wse_trainer.modelzoo_runconfig import runconfig_read, zoo_hint
+from wse_trainer.modelzoo_runconfig import runconfig_read
 from wse_trainer.optimizer_names import (
     OPTIMIZER_NAMES,
     READ_BY,
@@ -226,7 +226,7 @@ def _section(name: str, data: Any, written: Mapping[str, Written]) -> Any:
     for key, value in data.items():
         if key not in fields:
             raise ConfigError(
-                f"unknown key {name}.{shown(key, quote=False)}{zoo_hint(name, key, fields)}; "
+                f"unknown key {name}.{shown(key, quote=False)}{hint(name, key, fields)}; "
                 f"valid keys: {', '.join(sorted(fields))}"
             )
         if cls is OptimizerConfig and key == "learning_rate" and isinstance(value, list | dict):

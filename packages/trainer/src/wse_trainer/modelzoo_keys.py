@@ -72,6 +72,15 @@ MODELZOO_NOTES = {
         "ModelZoo 2.x's trainer: format is not read; give the 1.x params sections "
         "train_input, eval_input, model, optimizer, runconfig"
     ),
+    # hunt 77: "did you mean 'num_steps'?"
+    **dict.fromkeys(
+        [("runconfig", "num_epochs"), ("runconfig", "steps_per_epoch")],
+        (
+            "no epochs here: a run trains to runconfig.max_steps steps of train_input.batch_size "
+            "sequences each; give runconfig.max_steps (runconfig.num_steps: this invocation's "
+            "steps)"
+        ),
+    ),
 }
 
 

@@ -4,47 +4,25 @@ work one way only.
 - `autoload_checkpoint` (ModelZoo: with no checkpoint_path, resume from the newest checkpoint
   in model_dir; its default true) is what every run here does: `true` (or null) is read as
   that and dropped; `false` is refused, saying how to start fresh (a new model_dir) or from a
-  chosen step (`--checkpoint-path`); any other value is refused as no boolean.
-- `num_epochs`, `steps_per_epoch`: there are no epochs here (a run trains to
-  `runconfig.max_steps` steps, each of `train_input.batch_size` sequences); their refusal
-  says so and names max_steps (hunt 77: `num_epochs` was "did you mean 'num_steps'?",
-  `autoload_checkpoint` "did you mean 'save_initial_checkpoint'?").
+  chosen step (`--checkpoint-path`); any other value is refused as no boolean (hunt 77: "did
+  you mean 'save_initial_checkpoint'?"). `num_epochs` and `steps_per_epoch`
+  (no epochs here) are refused with their note in `modelzoo_keys.MODELZOO_NOTES`.
 
-`zoo_hint` is `modelzoo_keys.hint` with these notes; `runconfig_read(data)` is the runconfig
-mapping with `autoload_checkpoint` read, or the line why it cannot be. Imports only
-`modelzoo_keys` of wse_trainer: the reader (`wse_trainer.config`) imports it.
+`runconfig_read(data)` is the runconfig mapping with `autoload_checkpoint` read, or the line
+why it cannot be. The reader (`wse_trainer.config`) imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from wse_core.errors import shown
 
-from wse_trainer import modelzoo_keys
-
-__all__ = ["READ_AS_RUNS", "RUNCONFIG_NOTES", "runconfig_read", "zoo_hint"]
+__all__ = ["READ_AS_RUNS", "runconfig_read"]
 
 AUTOLOAD = "autoload_checkpoint"
 READ_AS_RUNS = frozenset({("runconfig", AUTOLOAD)})  # keys read and dropped, never unknown
-
-_NO_EPOCHS = (
-    "no epochs here: a run trains to runconfig.max_steps steps of train_input.batch_size "
-    "sequences each; give runconfig.max_steps (runconfig.num_steps: this invocation's steps)"
-)
-RUNCONFIG_NOTES = {
-    ("runconfig", "num_epochs"): _NO_EPOCHS,
-    ("runconfig", "steps_per_epoch"): _NO_EPOCHS,
-}
-
-
-def zoo_hint(section: str, key: str, keys: Iterable[str]) -> str:
-    """What a refusal of the unknown `section.key` says to do: the note above, else
-    `modelzoo_keys.hint`'s (its notes, or " (did you mean ...?)")."""
-    if note := RUNCONFIG_NOTES.get((section, str(key))):
-        return f" ({note})"
-    return modelzoo_keys.hint(section, key, keys)
 
 
 def runconfig_read(data: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:

@@ -70,6 +70,6 @@ def unknown_null(cls: type | None, section: str, key: str, item: str) -> str | N
         return None
     return (
         f"unknown key {section}.{shown(key, quote=False)}"
-        f"{modelzoo_runconfig.zoo_hint(section, key, keys)} in override {shown(item)}; valid keys: "
+        f"{modelzoo_keys.hint(section, key, keys)} in override {shown(item)}; valid keys: "
         f"{', '.join(keys)}"
     )
