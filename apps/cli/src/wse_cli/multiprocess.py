@@ -28,6 +28,8 @@ import importlib.util
 import io
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 
 import typer
@@ -286,6 +288,25 @@ def die_with_launcher() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != int(launcher):
         os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=_kill_when_orphaned, args=(int(launcher),), daemon=True,
+                     name="wse-orphan-watch").start()  # fmt: skip
+
+
+GRACE_S = 10.0  # a stopped child's time to clean up before its SIGKILL (here and `wse launch`)
+
+
+def _kill_when_orphaned(launcher: int, poll_s: float = 0.25) -> None:
+    """SIGKILL this process `GRACE_S` after its launcher died, as the launcher itself ends a
+    child that outlives its SIGTERM's grace (stop 77's CI: the SIGTERM came while the
+    main thread waited in native code — JAX's `distributed.initialize`, or a collective —
+    for a peer that had died with the launcher, and the process ran on, its Python handler
+    never reached). A thread, so it runs while the main thread is in XLA's calls."""
+    import signal
+
+    while os.getppid() == launcher:
+        time.sleep(poll_s)
+    time.sleep(GRACE_S)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def is_primary() -> bool:

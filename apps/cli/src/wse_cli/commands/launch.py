@@ -49,10 +49,10 @@ from typer.core import TyperCommand
 from wse_cli.commands.launch_relay import Relay as _Relay
 from wse_cli.commands.launch_relay import failure_line
 from wse_cli.errors import fail
+from wse_cli.multiprocess import GRACE_S
 from wse_cli.option_names import dashed
 from wse_cli.options import PORT, number
 
-GRACE_S = 10.0
 POLL_S = 0.2  # how often the launcher looks at its children
 # The root options the launcher sets in every child, and what sets them. A child's own would
 # win over the launcher's WSE_* variable (click's rule): hunt 65, `-- --devices 2` ran 2
