@@ -30,7 +30,7 @@ import pytest
 import typer
 from wse_cli.app import app
 from wse_cli.commands.launch import _hold_port, _Relay, _shut_down, _watch
-from wse_cli.multiprocess import GRACE_S
+from wse_cli.interrupts import GRACE_S
 from wse_cli.testing import WSE, clean_env, invoke, refused_in_one_line
 
 pytestmark = pytest.mark.timeout(120)

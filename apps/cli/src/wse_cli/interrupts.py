@@ -55,6 +55,7 @@ from collections.abc import Callable
 from types import FrameType
 
 __all__ = [
+    "GRACE_S",
     "LINE",
     "STOP_SIGNALS",
     "Stopped",
@@ -73,6 +74,7 @@ __all__ = [
 ]
 
 LINE = "interrupted (Ctrl-C)"  # as the commands' own lines begin
+GRACE_S = 10.0  # a stopped child's time to clean up before its SIGKILL (wse launch, an orphan)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # stop a command as Ctrl-C does (module doc)
 
 

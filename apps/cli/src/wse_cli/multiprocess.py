@@ -35,6 +35,7 @@ from collections.abc import Callable
 import typer
 
 from wse_cli.errors import before_body, fail
+from wse_cli.interrupts import GRACE_S
 from wse_cli.options import number
 
 __all__ = [
@@ -290,9 +291,6 @@ def die_with_launcher() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
     threading.Thread(target=_kill_when_orphaned, args=(int(launcher),), daemon=True,
                      name="wse-orphan-watch").start()  # fmt: skip
-
-
-GRACE_S = 10.0  # a stopped child's time to clean up before its SIGKILL (here and `wse launch`)
 
 
 def _kill_when_orphaned(launcher: int, poll_s: float = 0.25) -> None:

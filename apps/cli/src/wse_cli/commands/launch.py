@@ -49,7 +49,7 @@ from typer.core import TyperCommand
 from wse_cli.commands.launch_relay import Relay as _Relay
 from wse_cli.commands.launch_relay import failure_line
 from wse_cli.errors import fail
-from wse_cli.multiprocess import GRACE_S
+from wse_cli.interrupts import GRACE_S
 from wse_cli.option_names import dashed
 from wse_cli.options import PORT, number
 
