@@ -86,6 +86,7 @@ def cfd(
         "--output-every",
         kind=int,
         ge=0,
+        le=INT32_MAX,  # run_config's bound, said here with the flag's name (hunt new77)
         help="Write NPZ + VTK at every step that is a multiple of N (0: at the end only).",
     ),  # fmt: skip
     out: Path = output_dir(None, "--out", help="Folder for step_<n>.npz / .vtk."),
