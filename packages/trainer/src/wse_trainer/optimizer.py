@@ -44,14 +44,24 @@ def schedule(cfg: OptimizerConfig, max_steps: int) -> optax.Schedule:
     if cfg.lr_schedule == "constant":
         tail = optax.constant_schedule(cfg.learning_rate)
     elif cfg.lr_schedule == "cosine":
-        alpha = cfg.min_learning_rate / cfg.learning_rate
-        tail = optax.cosine_decay_schedule(cfg.learning_rate, decay, alpha=alpha)
+        tail = _cosine(cfg.learning_rate, cfg.min_learning_rate, decay)
     else:
         tail = optax.linear_schedule(cfg.learning_rate, cfg.min_learning_rate, decay)
     if cfg.warmup_steps <= 0:
         return tail
     warm = optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps)
     return optax.join_schedules([warm, tail], [cfg.warmup_steps])
+
+
+def _cosine(peak: float, end: float, decay_steps: int) -> optax.Schedule:
+    """Cosine from `peak` to `end` over `decay_steps`: optax's, whose end is `alpha` x its
+    start; from a peak of 0 (which no alpha scales to `end`; hunt 78: 0 / 0 raised) the same
+    curve as `end` + the cosine of `peak - end`, a constant 0 when `end` is 0 too, as optax's
+    `cosine_decay_schedule(0.0, ...)`."""
+    if peak:
+        return optax.cosine_decay_schedule(peak, decay_steps, alpha=end / peak)
+    rise = optax.cosine_decay_schedule(peak - end, decay_steps)
+    return lambda count: rise(count) + end
 
 
 @functools.lru_cache(maxsize=16)

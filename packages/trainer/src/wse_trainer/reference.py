@@ -16,13 +16,16 @@ import optax
 import wse_models
 
 from wse_trainer.replica import token_loss
+from wse_trainer.step_inputs import check_ids
 
 __all__ = ["loss_fn", "fused_step"]
 
 
 def loss_fn(model: Any, params: Any, batch: jax.Array, segments: Any = None) -> jax.Array:
     """Mean next-token cross-entropy of `batch` rows (B, S + 1); `segments`: packed
-    documents of the inputs (`data.Segments`), or None."""
+    documents of the inputs (`data.Segments`), or None. Ids outside the vocabulary, inputs
+    or targets, are a `ModelError` where their values are known (not under `jit`)."""
+    check_ids(model, batch, segments)  # a target's bad id gave a NaN loss (hunt 78)
     tokens, targets = batch[:, :-1], batch[:, 1:]
     if segments is None:
         logits, _ = wse_models.forward(model, params, tokens)

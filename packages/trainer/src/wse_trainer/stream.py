@@ -42,7 +42,7 @@ after the last one (`MemoryX.begin_micro`). Micro-batch j takes rows j*m .. j*m 
 every replica's rows; the loss keeps its global normalisation, so the summed micro-batch
 losses and gradients are the whole batch's.
 
-A step reports its `StepStats` (`wse_trainer.metrics`).
+A step reports its `StepStats` (`wse_trainer.metrics`); its batch is checked first (`step_inputs`).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from wse_trainer.layout import Layout
 from wse_trainer.memoryx import MemoryX
 from wse_trainer.metrics import StepStats
 from wse_trainer.replica import layer_fns, stage_fns
+from wse_trainer.step_inputs import check_batch, micro_size
 from wse_trainer.swarmx import SwarmX
 
 __all__ = ["StepStats", "StreamedTrainer"]
@@ -112,11 +113,9 @@ class StreamedTrainer:
         micro_batch: int | None = None,
     ):
         self.model, self.plan, self.num_csx = model, plan, num_csx
-        per_replica = global_batch // num_csx
-        self.micro_batch = micro_batch or per_replica  # sequences per replica per micro-batch
-        if per_replica % self.micro_batch:
-            raise ValueError(f"micro_batch {micro_batch} does not divide {per_replica}")
-        self.micro_batches = per_replica // self.micro_batch
+        self._shape = (global_batch, seq_len)  # the step's batch: seq_len + 1 ids a row
+        self.micro_batch = micro_size(num_csx, global_batch, seq_len, micro_batch)  # a replica's
+        self.micro_batches = global_batch // num_csx // self.micro_batch
         self.layout = layout or Layout()
         self.L = int(model.n_layers)
         self.dtype = jnp.dtype(model.dtype)
@@ -262,6 +261,7 @@ class StreamedTrainer:
 
     # The step --------------------------------------------------------------------------
     def step(self, batch: np.ndarray, segments: Any = None) -> StepStats:
+        check_batch(self.model, batch, segments, self._shape)  # before anything is updated
         if self._device_loop is not None:
             return self._device_loop.step(batch, segments)
         t0, self._stall = time.perf_counter(), 0.0
