@@ -53,7 +53,7 @@ def test_autoload_checkpoint_of_no_boolean_is_refused():
 
 
 @pytest.mark.parametrize("key", ["num_epochs", "steps_per_epoch"])
-@pytest.mark.parametrize("value", ["1", "null"])
+@pytest.mark.parametrize("value", ["1"])  # a null is the key left out: test_trainlog_hunt78
 def test_epochs_are_refused_naming_max_steps(key, value):
     with pytest.raises(ConfigError) as e:
         load_config("tiny", [f"runconfig.{key}={value}"])

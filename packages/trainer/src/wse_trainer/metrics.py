@@ -11,7 +11,10 @@
   run's file opens with the purge marker of PyTorch's `SummaryWriter(purge_step=resume_step
   + 1)`, so every TensorBoard loader shows metrics.jsonl's one run (`tensorboard_events`;
   hunt 77: a rewind showed steps 9-12 twice, a kill -9 left a 0-byte event file; review 77:
-  the marker alone held for TensorBoard's Python loaders only, and never for an older file).
+  the marker alone held for TensorBoard's Python loaders only, and never for an older file);
+  bytes of an event file that hold no whole record are skipped, each said on stderr (hunt 78:
+  one damaged record cut every record after it, silently). `MetricsLog.recorded` is a step's
+  record on file when the log opened: a rerun that trains nothing evaluates no step twice.
 - `<model_dir>/run.log`: every log line, appended.
 - A record is written whole (`interrupt.held`: a signal inside it is raised at its end), and
   `close` waits for TensorBoard's writer at most `CLOSE_BOUND_S` (hunt 75: tensorboardX's
@@ -245,9 +248,11 @@ class MetricsLog:
         self._jsonl = open(path, "a")  # noqa: SIM115 (closed in close)
         self._log = open(self.dir / "run.log", "a")  # noqa: SIM115
         self._writers: dict[str, Any] = {}
+        self._kept = {(m["step"], m.get("mode")): m for m in kept}  # the last of each, on record
         self._purge_step = None if resume_step is None else resume_step + 1
         for mode in ("train", "eval") if resume_step is not None else ():
-            trim_events(self.dir / mode, resume_step)  # every loader, every older file
+            for note in trim_events(self.dir / mode, resume_step):  # every loader, older file
+                print(note, file=sys.stderr, flush=True)  # damage said, as a cut-off line is
             if event_files(self.dir / mode):  # marked now, even where this run writes none
                 self._writer(mode)
 
@@ -267,6 +272,11 @@ class MetricsLog:
                 f"metrics.jsonl is {'gone' if now is None else 'another file'}); the run "
                 "stopped, its logs and checkpoints from then on unwritten; start it again"
             )
+
+    def recorded(self, step: int, mode: str) -> dict[str, Any] | None:
+        """The record of `step` and `mode` that metrics.jsonl held when this log opened (the
+        last, where it held several), or None (hunt 78: a rerun of a finished run)."""
+        return self._kept.get((step, mode))
 
     def _writer(self, mode: str):
         if mode not in self._writers:
@@ -336,6 +346,9 @@ class NullLog:
 
     def check(self) -> None:
         pass
+
+    def recorded(self, step: int, mode: str) -> dict[str, Any] | None:
+        return None
 
     def record(self, step: int, mode: str, values: dict[str, float]) -> None:
         pass

@@ -9,7 +9,7 @@ meta holds another step than its folder's name is a ConfigError, never resumed u
 `check_tokenizer` (one of another tokenizer, naming the tokenizer.json to copy in) and
 `check_export` (a --checkpoint-path that trains nothing but would move newer steps aside)
 are `wse_trainer.resume_checks`', also asked by `run_folder.check_resume` before any data
-is read (hunt 70).
+is read (hunt 70). `nothing_to_train` is the line of a resume at or past max_steps.
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ from wse_trainer.config import ConfigError
 from wse_trainer.resume_checks import check_export, check_tokenizer, resolved
 from wse_trainer.session import Session
 
-__all__ = ["check_export", "check_tokenizer", "open_checkpoints"]
+__all__ = [
+    "check_export",
+    "check_tokenizer",
+    "eval_on_record",
+    "nothing_to_train",
+    "open_checkpoints",
+]
 
 _META_KEYS = ("step", "data", "tokenizer_sha256", "model")
 
@@ -117,3 +123,23 @@ def _restore(s: Session, got: Any, step: Path) -> None:
     s.trainer.memx.load_state_tree(got.state["memx"])
     s.key = jax.random.wrap_key_data(got.state["rng"])
     s.iterator.restore(got.meta["data"])
+
+
+def nothing_to_train(step: int, max_steps: int) -> str:
+    """The line of a resume from `step` at or past `max_steps`: it trains nothing, exports."""
+    where = "at" if step == max_steps else "past"
+    return (
+        f"note: checkpoint step {step} is {where} runconfig.max_steps={max_steps}: nothing to "
+        f"train (raise runconfig.max_steps to train on); exporting step {step}"
+    )
+
+
+def eval_on_record(log: Any, step: int) -> float | None:
+    """The eval loss of `step` that metrics.jsonl holds, said in the run log, or None (hunt 78:
+    a finished run rerun held step 14's eval twice, in metrics.jsonl and eval/)."""
+    held = log.recorded(step, "eval") or {}
+    loss = held.get("loss")
+    if not isinstance(loss, int | float) or isinstance(loss, bool):
+        return None
+    log.line(f"eval of step {step} on record in metrics.jsonl (loss {loss:.5f}): not run again")
+    return float(loss)

@@ -21,7 +21,8 @@ returns a `RunResult`:
 5. checkpoints every `checkpoint_steps` and at the end; eval loss and perplexity, each
    evaluation (every `eval_frequency` steps and at the end) in metrics.jsonl and eval/, over
    `eval_input.eval_steps` batches or, left out, the whole eval split (a line says which);
-   an eval with no checkpoint to read evaluates the initial weights and says so;
+   an eval with no checkpoint to read evaluates the initial weights and says so; a rerun
+   that trains nothing and finds its step's eval in metrics.jsonl says so, evaluating none;
 6. `<model_dir>/hf/` (`wse_trainer.export`: HF format, the tokenizer, EOS named, the step it
    holds; replaced whole, a full disk is one line) and samples from the trained model. A
    resume whose `max_steps` is at or below the checkpoint's step trains nothing and says so
@@ -70,7 +71,7 @@ from wse_trainer.config import TrainConfig
 from wse_trainer.export import export_hf
 from wse_trainer.layout import describe
 from wse_trainer.predicted import run_lines
-from wse_trainer.resume import open_checkpoints
+from wse_trainer.resume import eval_on_record, nothing_to_train, open_checkpoints
 from wse_trainer.run_folder import undone_on_error
 from wse_trainer.run_lock import release
 from wse_trainer.save_faults import save_failed
@@ -83,15 +84,8 @@ from wse_trainer.session import (
     validate,
 )
 
-__all__ = [
-    "RunResult",
-    "TrainingDivergedError",
-    "model_config",
-    "validate",
-    "predict",
-    "stream_rows",
-    "run",
-]
+__all__ = ["RunResult", "TrainingDivergedError", "model_config", "validate", "predict",
+           "stream_rows", "run"]  # fmt: skip
 
 
 class TrainingDivergedError(RunFault):
@@ -296,13 +290,19 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
             log = _open_log(s, start, echo)
             _save_params(s)
         result = RunResult(s.dir, start, {}, restored=s.trainer.memx.params is not initial)
-        for note in [*notes, *filter(None, [_eval_note(s)])]:
+        for note in notes:
             log.line(note)
         if start:
             log.line(f"resumed from checkpoint step {start}")
         trains = run_cfg.mode != "eval" and end > start
+        # hunt 78: a rerun that trains nothing evaluates no step whose eval is on record
+        rerun = not trains and run_cfg.mode == "train_and_eval"
+        held = eval_on_record(log, start) if rerun else None
         result.report = s.prediction if trains else None  # hunt 70: priced what never ran
-        lines, result.eval_report = run_lines(s, trains=trains, evals=run_cfg.mode != "train")
+        evals = run_cfg.mode != "train" and held is None
+        for note in filter(None, [_eval_note(s) if evals else None]):  # none where none runs
+            log.line(note)
+        lines, result.eval_report = run_lines(s, trains=trains, evals=evals)
         for line in lines:  # what the run runs, priced (`wse_trainer.predicted`)
             log.line(line)
         log.line(describe(s.layout, s.micro_batch))
@@ -313,10 +313,11 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
             _train_loop(s, ckpt, log, start, end, result)
             result.global_step = end
         elif run_cfg.mode != "eval":  # hunt 68: max_steps at or below the step, said nowhere
-            log.line(_nothing_to_train(start, run_cfg.max_steps))
+            log.line(nothing_to_train(start, run_cfg.max_steps))
         if run_cfg.mode != "train" and primary:
-            result.eval_loss = evaluate(s)
-            _log_eval(log, result.global_step, result.eval_loss)
+            result.eval_loss = evaluate(s) if held is None else held
+            if held is None:
+                _log_eval(log, result.global_step, result.eval_loss)
         ckpt.wait()
         log.check()  # the last save went into the run's own folder
         if run_cfg.mode != "eval" and primary:
@@ -360,14 +361,6 @@ def _eval_note(s: Session) -> str | None:
     return (
         f"note: eval_input.eval_steps={asked:,} but the eval split holds {held:,} {some}; "
         f"evaluating {held:,}"
-    )
-
-
-def _nothing_to_train(step: int, max_steps: int) -> str:
-    where = "at" if step == max_steps else "past"
-    return (
-        f"note: checkpoint step {step} is {where} runconfig.max_steps={max_steps}: nothing to "
-        f"train (raise runconfig.max_steps to train on); exporting step {step}"
     )
 
 

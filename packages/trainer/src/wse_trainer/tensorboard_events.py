@@ -23,8 +23,15 @@ keep only its whole records of steps <= `last_step` (the file version, step 0, s
 its own name, atomically: the records go to a hidden temporary file beside it (its name has
 no "tfevents", so no reader takes it for an event file), fsynced, then `os.replace`d onto the
 old one, which stays whole until then; a killed rewrite's leftover is removed by the next.
-Records are read with the framing above, each CRC checked; reading stops at the first record
-cut off or damaged (what a kill leaves; TensorBoard's Python reader stops there too). Review
+Records are read with the framing above, each CRC checked. Hunt 78: reading stopped at the
+first damaged record, so one flipped byte at step 2 of a 12-step run's file cut it from 2,807
+bytes to 299 at a resume to 8, silently, steps 3-8 gone though the resume kept them. Bytes
+that hold no whole record now are skipped to the next frame whose length and Event both pass
+their CRCs (a damaged record's step cannot be known: it is what goes), every whole record of
+a step <= `last_step` is kept, a damaged file version is written anew, and each file's
+skipped or cut-off bytes are a note (`trim_events` returns them; `metrics` says them on
+stderr, as it says metrics.jsonl's cut-off line); a file with no whole record is left as it
+is. TensorBoard's readers stop at a damaged record, so the rewrite shows them the rest. Review
 77: the purge marker alone held only for TensorBoard's Python loaders: TensorBoard 2.21's
 default Rust data server (`--load_fast=auto`) never applies it, and a file written before the
 marker existed (or by a `mode: eval` run) was never purged, so a resume's steps showed twice.
@@ -45,6 +52,7 @@ from typing import Any
 __all__ = ["EventFile", "event_files", "trim_events"]
 
 PREFIX = "events.out.tfevents"
+VERSION = "brain.Event:2"  # the file version record every event file opens with
 TRIM_PREFIX = ".wse-trim."  # a rewrite's temporary file: `TRIM_PREFIX<pid>.<name's tail>`
 _serial = itertools.count()  # files opened by this process, for a unique name
 
@@ -57,45 +65,95 @@ def event_files(folder: Path) -> list[Path]:
         return []
 
 
-def trim_events(folder: Path, last_step: int) -> list[Path]:
-    """Rewrite each event file of `folder` that holds a step > `last_step` or a cut-off tail
-    to keep only its records of steps <= `last_step` (module doc); the files rewritten."""
+def trim_events(folder: Path, last_step: int) -> list[str]:
+    """Rewrite each event file of `folder` that holds a step > `last_step` or bytes that are
+    no whole record to keep only its whole records of steps <= `last_step` (module doc); the
+    notes on the bytes skipped, one line a file."""
     _sweep_killed_trims(folder)
-    pb, rewritten = _protos(), []
+    pb, notes = _protos(), []
     for path in event_files(folder):
         data = path.read_bytes()
-        spans, whole_to = _record_spans(data, pb.masked_crc32c)
+        spans, unread = _record_spans(data, pb.masked_crc32c)
+        if not spans:  # nothing to judge steps by: as it is (an empty file too)
+            if data:
+                notes.append(f"note: {path} holds no whole event record; left as it is")
+            continue
         kept = [data[a:b] for a, b in spans if _step(pb, data[a + 12 : b - 4]) <= last_step]
-        if len(kept) < len(spans) or whole_to < len(data):
+        if spans[0][0] > 0 and not _is_version(pb, kept[:1]):  # its file version damaged
+            wall_s = _event(pb, data[spans[0][0] + 12 : spans[0][1] - 4]).wall_time
+            kept.insert(0, _framed(pb, pb.Event(wall_time=wall_s, file_version=VERSION)))
+        if len(kept) < len(spans) or unread:
             _replace(path, b"".join(kept))
-            rewritten.append(path)
-    return rewritten
+            notes += [_unread_note(path, a, b, len(data)) for a, b in unread]
+    return notes
 
 
-def _record_spans(data: bytes, crc: Any) -> tuple[list[tuple[int, int]], int]:
-    """([(start, end)] of each whole record of `data`, in order, and the end of the last):
-    a record cut off or whose length or Event fails its masked crc32c ends the reading."""
-    spans, at = [], 0
-    while at + 16 <= len(data):
-        (n,) = struct.unpack_from("<Q", data, at)
-        end = at + 16 + n
-        if end > len(data) or struct.unpack_from("<I", data, at + 8)[0] != crc(data[at : at + 8]):
-            break
-        if struct.unpack_from("<I", data, end - 4)[0] != crc(data[at + 12 : end - 4]):
-            break
-        spans.append((at, end))
-        at = end
-    return spans, at
+def _unread_note(path: Path, start: int, end: int, size: int) -> str:
+    """The line for bytes `start`..`end` of an event file of `size` bytes that were skipped."""
+    if end == size:
+        return (
+            f"note: dropped the last {end - start:,} bytes of {path}: no whole event record (a "
+            "write a kill or a full disk interrupted, or damage)"
+        )
+    return (
+        f"note: skipped bytes {start:,}-{end - 1:,} of {path}: a damaged event record (its "
+        "step unknown), the records after it kept"
+    )
+
+
+def _record_spans(data: bytes, crc: Any) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """([(start, end)] of each whole record of `data`, in order; [(start, end)] of the bytes
+    between and after them that hold none): after bytes that are no record (cut off, or the
+    length or Event failing its masked crc32c), reading goes on at the next whole frame."""
+    spans: list[tuple[int, int]] = []
+    unread: list[tuple[int, int]] = []
+    at = 0
+    while at < len(data):
+        end = _frame_end(data, at, crc)
+        if end is None:
+            resync = at + 1
+            while resync < len(data) and _frame_end(data, resync, crc) is None:
+                resync += 1
+            unread.append((at, resync))
+            at = resync
+        else:
+            spans.append((at, end))
+            at = end
+    return spans, unread
+
+
+def _frame_end(data: bytes, at: int, crc: Any) -> int | None:
+    """The end of the whole record framed at `at` of `data`, or None (cut off; the length or
+    the Event failing its masked crc32c). Most offsets fail on the length alone, uncomputed."""
+    if at + 16 > len(data):
+        return None
+    (n,) = struct.unpack_from("<Q", data, at)
+    end = at + 16 + n
+    if end > len(data) or struct.unpack_from("<I", data, at + 8)[0] != crc(data[at : at + 8]):
+        return None
+    if struct.unpack_from("<I", data, end - 4)[0] != crc(data[at + 12 : end - 4]):
+        return None
+    return end
+
+
+def _is_version(pb: _Protos, records: list[bytes]) -> bool:
+    """Whether the first of the framed `records` is a file version event."""
+    return bool(records) and _event(pb, records[0][12:-4]).HasField("file_version")
+
+
+def _event(pb: _Protos, event: bytes) -> Any:
+    """A serialized Event, parsed (an empty Event where it parses as none)."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return pb.Event.FromString(event)
+    except DecodeError:  # CRC-whole but no Event: not ours to judge, kept as step 0
+        return pb.Event()
 
 
 def _step(pb: _Protos, event: bytes) -> int:
     """The step of a serialized Event (0 where it has none: the file version)."""
-    from google.protobuf.message import DecodeError
-
-    try:
-        return pb.Event.FromString(event).step
-    except DecodeError:  # CRC-whole but no Event: not ours to judge, kept
-        return 0
+    return _event(pb, event).step
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -144,7 +202,7 @@ class EventFile:
         folder.mkdir(parents=True, exist_ok=True)
         self.path, self._file = _new_file(folder)
         pb = self._pb
-        self._write(pb.Event(wall_time=time.time(), file_version="brain.Event:2"))
+        self._write(pb.Event(wall_time=time.time(), file_version=VERSION))
         if purge_step is not None:
             start = pb.SessionLog(status=pb.SessionLog.START)
             self._write(pb.Event(wall_time=time.time(), step=purge_step, session_log=start))
@@ -162,13 +220,16 @@ class EventFile:
         self._file.close()
 
     def _write(self, event: Any) -> None:
-        data = event.SerializeToString()
-        header = struct.pack("<Q", len(data))
-        crc = self._pb.masked_crc32c
         # one write: a kill leaves a record whole or a cut-off tail TensorBoard's reader skips
-        self._file.write(
-            header + struct.pack("<I", crc(header)) + data + struct.pack("<I", crc(data))
-        )
+        self._file.write(_framed(self._pb, event))
+
+
+def _framed(pb: _Protos, event: Any) -> bytes:
+    """`event` as a TFRecord: its length, the length's masked crc32c, it, its masked crc32c."""
+    data = event.SerializeToString()
+    header = struct.pack("<Q", len(data))
+    crc = pb.masked_crc32c
+    return header + struct.pack("<I", crc(header)) + data + struct.pack("<I", crc(data))
 
 
 def _new_file(folder: Path) -> tuple[Path, Any]:
