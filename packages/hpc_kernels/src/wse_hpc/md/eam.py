@@ -151,7 +151,8 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
 
 def _tables_too_big(pot: EamPotential, nbytes: int, free: int, lists: bool) -> str:
     """Hunt 68: the advice was `wse hpc md potential --knots N`, which writes Zhou's 2004
-    potential, not the user's file resampled; and unused elements' tables counted."""
+    potential, not the user's file resampled; and unused elements' tables counted. Hunt 78:
+    a library caller (`run_md`) has no --potential-knots: `resample.resample` is its route."""
     ne, fit = len(pot.elements), knots_that_fit(pot, free)
     head = (
         f"the tables of {pot.source or 'the potential'} need {nbytes} B per PE ({pot.nrho} x "
@@ -162,7 +163,8 @@ def _tables_too_big(pot: EamPotential, nbytes: int, free: int, lists: bool) -> s
         return f"{head}; not even {MIN_KNOTS}-knot tables would fit"
     return (
         f"{head}; resample them with --potential-knots {fit} (the most that fit: each table "
-        "is cut to that many knots with LAMMPS's splines, and the error it costs is printed)"
+        "is cut to that many knots with LAMMPS's splines, and the error it costs is printed), "
+        f"or in Python wse_hpc.md.resample.resample(potential, {fit})"
     )
 
 

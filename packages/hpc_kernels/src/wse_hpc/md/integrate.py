@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from wse_core import fabric
-from wse_core.errors import WseError, require_int
+from wse_core.errors import WseError, require_int, shown_setting
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md.eam import EamFns, EamOutput, Geometry
@@ -351,13 +351,29 @@ def integrator(
     )
 
 
+def _finite_at_least_zero(value: object) -> bool:
+    """A real number (a 0-d array too, not a str) that is finite and >= 0."""
+    if isinstance(value, (str, bytes)):
+        return False
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(v) and v >= 0
+
+
 def maxwell_boltzmann(masses_amu: np.ndarray, temperature_K: float, seed: int) -> np.ndarray:
     """Velocities (N, 3) in A/ps: Gaussian, zero total momentum, scaled to exactly T with
     3N - 3 degrees of freedom (as LAMMPS `velocity ... dist gaussian mom yes`)."""
     m = np.asarray(masses_amu, dtype=np.float64)[:, None]
     n = m.shape[0]
-    if temperature_K < 0:
-        raise WseError(f"temperature must be >= 0 K, got {temperature_K}")
+    if not _finite_at_least_zero(temperature_K):  # hunt 78: NaN / inf gave NaN / inf velocities
+        raise WseError(
+            f"temperature must be a finite number >= 0 K, got {shown_setting(temperature_K)}"
+        )
+    if not (np.isfinite(m).all() and (m > 0).all()):  # hunt 78: a mass of 0 gave NaN
+        bad = m[~(np.isfinite(m) & (m > 0))][0]
+        raise WseError(f"masses must be finite and > 0 amu, got {bad:g}")
     v = np.random.default_rng(seed).normal(size=(n, 3)) / np.sqrt(m)
     v -= (m * v).sum(0) / m.sum()
     if temperature_K == 0 or n < 2:

@@ -92,8 +92,11 @@ class BicgstabResult(NamedTuple):
     iterations: jax.Array  # int32
     residual: jax.Array  # fp32, final ||r|| / ||r_0|| (0 when r_0 = 0: b = 0)
     history: jax.Array  # fp32 (min(maxiter, HISTORY_ITERATIONS) + 1,), NaN past the end
-    breakdown: jax.Array  # bool: rho or omega became zero / non-finite
+    breakdown: jax.Array  # bool: rho or omega became zero / non-finite, or `sigma_fault`
     converged: jax.Array  # bool: the recurrence residual met tol (the truth: `refine`)
+    # bool: sigma D^-1 b (or r_0) under- or overflowed the working precision, or sigma is not
+    # a positive finite number: no iteration ran, x = x0 (or 0); `scale_for` gives a sigma
+    sigma_fault: jax.Array
 
 
 class Krylov(NamedTuple):
@@ -191,6 +194,7 @@ class _Solver(NamedTuple):
     spmv: Callable[[jax.Array], jax.Array]  # D^-1 A in the working precision
     lo: Callable[[jax.Array], jax.Array]  # cast to the working precision
     inv_d: float
+    lambda_min: float
     maxiter: int
     every: int  # residual-replacement period (0: off)
 
@@ -217,24 +221,42 @@ def krylov_step(
 
 def _start(
     sv: _Solver, b: jax.Array, x0: jax.Array | None, sigma
-) -> tuple[_State, jax.Array, jax.Array, jax.Array]:
-    """The first state, the scaled working-precision b, rho_0 and ||r_0||."""
-    spmv, lo, inv_d, maxiter = sv.spmv, sv.lo, sv.inv_d, sv.maxiter
-    scale = jnp.asarray(sigma, jnp.float32) * inv_d
-    b32 = b.astype(jnp.float32) * scale
+) -> tuple[_State, jax.Array, jax.Array, jax.Array, jax.Array]:
+    """The first state, the scaled working-precision b, rho_0, ||r_0|| and sigma; sigma None
+    picks `scale_for`'s from max|b| (a max-allreduce). A start that under- or overflows the
+    working precision (r_0 = 0 there for b != 0, or non-finite) is a breakdown with
+    `sigma_fault` (hunt 78: fp16 flushed sigma=1 D^-1 b to 0 for b ~ 1e-7: x = 0 "converged")."""
+    grid, spmv, lo, inv_d = sv.grid, sv.spmv, sv.lo, sv.inv_d
+    b32 = b.astype(jnp.float32)
+    bmax = fabric.reduce(grid.wafer, jnp.max(jnp.abs(b32), axis=2), "max")
+    sigma = _sigma_for(sv, bmax) if sigma is None else jnp.asarray(sigma, jnp.float32)
+    b32 = b32 * (sigma * inv_d)
     bs = lo(b32)
-    x = jnp.zeros_like(b32) if x0 is None else x0 * jnp.asarray(sigma, jnp.float32)
+    x = jnp.zeros_like(b32)
     if x0 is not None:  # b = 0: x = 0 whatever x0, as SciPy (hunt 75)
-        x = jnp.where(fused_dot(sv.grid, [(b32, b32)])[0] > 0, x, 0.0)
-    r = lo(b32 - spmv(x)) if x0 is not None else bs
+        x = jnp.where(bmax > 0, x0 * sigma, 0.0)
+    r32 = b32 - spmv(x) if x0 is not None else b32
+    r = lo(r32)
     del b32  # only the working-precision b stays alive (memory at the SC20 size)
-    rho0, rr0 = fused_dot(sv.grid, [(r, r), (r, r)])
-    r0norm = jnp.sqrt(rr0)
-    hist = history_buffer(maxiter).at[0].set(jnp.where(r0norm > 0, 1.0, 0.0))
+    rr32, rr0 = fused_dot(grid, [(r32, r32), (r, r)])
+    lost = (rr0 == 0) & ((bmax > 0) if x0 is None else (rr32 > 0))  # flushed to zero
+    fault = lost | ~jnp.isfinite(rr0) | ~(jnp.isfinite(sigma) & (sigma > 0))
+    r0norm = jnp.where(fault, 0.0, jnp.sqrt(rr0))
+    start = jnp.where(fault, jnp.where(jnp.isfinite(rr32), 1.0, jnp.nan), r0norm > 0)
+    hist = history_buffer(sv.maxiter).at[0].set(start.astype(jnp.float32))
     one = jnp.float32(1.0)
     k = Krylov(x, r, r, jnp.zeros_like(r), jnp.zeros_like(r), one, one, one)
-    st = _State(k, rho0, jnp.int32(0), hist, jnp.bool_(False), jnp.bool_(True), rr0)
-    return st, bs, rho0, r0norm
+    st = _State(k, rr0, jnp.int32(0), hist, fault, jnp.bool_(True), rr0)
+    return st, bs, rr0, r0norm, sigma
+
+
+def _sigma_for(sv: _Solver, bmax: jax.Array) -> jax.Array:
+    """`scale_for`'s power of two from a traced max|b| (1 for b = 0 or a non-finite b).
+    `ldexp`, not `exp2`: XLA's exp2(13) on a CPU is 8192.004, not a power of two."""
+    y = bmax * sv.inv_d / sv.lambda_min
+    ok = jnp.isfinite(y) & (y > 0)
+    e = jnp.round(jnp.log2(TARGET_MAGNITUDE / jnp.where(ok, y, 1.0)))
+    return jnp.where(ok, jnp.ldexp(jnp.float32(1.0), jnp.clip(e, -126, 127).astype(jnp.int32)), 1.0)
 
 
 def _iterate(
@@ -292,6 +314,18 @@ def check_stop(tol: object, maxiter: object, *, least: int = 0, error: type = St
     require_int("maxiter", maxiter, least, INT32_MAX, error=error)  # a lifted limit: int32
 
 
+def _check_sigma(sigma: object) -> None:
+    """Refuse a sigma given as a number that is not positive and finite (a traced one is
+    checked in the solve: `sigma_fault`)."""
+    if sigma is None or isinstance(sigma, jax.Array):
+        return
+    if not (is_finite(sigma) and sigma > 0):  # type: ignore[operator]
+        raise StencilError(
+            f"sigma must be a positive finite number (a power of two: scale_for(grid, "
+            f"max|b|), or None to pick it from b), got {shown_setting(sigma)}"
+        )
+
+
 def solver_setup(
     grid: StencilGrid, precision: str, tol: float, maxiter: int, operator: Operator | None = None
 ):
@@ -316,24 +350,31 @@ def bicgstab(
     maxiter: int = 1000,
     replace_every: int | None = None,
 ) -> Callable[..., BicgstabResult]:
-    """`solve_fn(b, x0=None, sigma=1.0, *, rtol=None, limit=None) -> BicgstabResult` for
+    """`solve_fn(b, x0=None, sigma=None, *, rtol=None, limit=None) -> BicgstabResult` for
     A x = b (b an fp32 field), stopping on the recurrence residual.
 
-    `sigma` is the scaling of the module docstring (a traced scalar; `scale_for` gives it).
+    `sigma` is the scaling of the module docstring (a traced scalar); None (the default)
+    picks `scale_for(grid, max|b|)`'s inside the solve (one max-allreduce; hunt 78: a fixed
+    1.0 flushed b ~ 1e-7 to zero in fp16 and overflowed b ~ 1). A sigma whose start under-
+    or overflows the working precision is flagged (`sigma_fault`, `breakdown`), never
+    converged; a Python number that is not positive and finite is refused (StencilError).
     Stops when the recurrence residual ||r|| / ||r_0|| <= tol (or the traced `rtol`), after
     `maxiter` (or the traced `limit`) iterations, or at a breakdown; `converged` says the
-    first. The recurrence residual is not the true one: `refine` is what stops on the truth.
+    first. The recurrence residual is not the true one: `refine` is what stops on the truth;
+    it is NaN whenever x is not finite (the last finite recurrence residual would not be x's).
     For b = 0 it returns x = 0 (whatever x0, as SciPy), residual 0, converged.
     """
     dtype, op = solver_setup(grid, precision, tol, maxiter)
     lo = lambda s: s.astype(dtype)
     every = default_replace_every(precision) if replace_every is None else replace_every
-    sv = _Solver(grid, op.scaled, lo, op.inv_d, maxiter, every)
+    sv = _Solver(grid, op.scaled, lo, op.inv_d, op.lambda_min, maxiter, every)
 
     def solve_fn(
-        b: jax.Array, x0: jax.Array | None = None, sigma=1.0, *, rtol=None, limit=None
+        b: jax.Array, x0: jax.Array | None = None, sigma=None, *, rtol=None, limit=None
     ) -> BicgstabResult:
-        st, bs, rho0, r0norm = _start(sv, b, x0, sigma)
+        _check_sigma(sigma)
+        st, bs, rho0, r0norm, sigma = _start(sv, b, x0, sigma)
+        fault = st.breakdown
         stop_at = jnp.asarray(tol if rtol is None else rtol, jnp.float32) * r0norm
         cap = maxiter if limit is None else jnp.minimum(limit, maxiter)
 
@@ -342,10 +383,13 @@ def bicgstab(
 
         iterate = functools.partial(_iterate, sv, bs, r0norm)
         st, _ = lax.while_loop(lambda c: cond(c[0]), iterate, (st, rho0))
-        x_out = st.k.x / jnp.asarray(sigma, jnp.float32)
+        x_out = jnp.where(fault, 0.0 if x0 is None else x0, st.k.x / sigma)
+        nan_x = x_out - x_out  # 0 where x is finite, NaN elsewhere
+        finite = fused_dot(grid, [(nan_x, nan_x)])[0] == 0
         # b = 0 (r_0 = 0): x = 0 is exact, residual 0 (hunt 75: 0 / 0 said NaN)
         res = jnp.where(r0norm > 0, jnp.sqrt(st.rr) / jnp.where(r0norm > 0, r0norm, 1.0), 0.0)
-        met = jnp.sqrt(st.rr) <= stop_at
-        return BicgstabResult(x_out, st.it, res, st.history, st.breakdown, met)
+        res = jnp.where(fault, st.history[0], jnp.where(finite, res, jnp.nan))
+        met = (jnp.sqrt(st.rr) <= stop_at) & finite & ~fault
+        return BicgstabResult(x_out, st.it, res, st.history, st.breakdown, met, fault)
 
     return solve_fn

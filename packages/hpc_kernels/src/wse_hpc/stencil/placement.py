@@ -77,11 +77,16 @@ class StencilGrid:
         return to_jnp(self.fields[name])
 
     def place(self, values: np.ndarray | jax.Array, name: str) -> jax.Array:
-        """Put an `(nx, ny, nz)` array on the wafer as field `name` (finite values only)."""
+        """Put an `(nx, ny, nz)` array on the wafer as field `name` (finite real values only)."""
         values = np.asarray(values) if not isinstance(values, jax.Array) else values
         if tuple(values.shape) != self.shape:
             raise StencilError(
                 f"field {name!r} must have shape {self.shape}, got {tuple(values.shape)}"
+            )
+        if jnp.iscomplexobj(values):  # hunt 78: the cast dropped the imaginary part
+            raise StencilError(
+                f"field {name!r} holds complex values (dtype {values.dtype}); the stencil's "
+                "fields are real: place the real and imaginary parts as two fields"
             )
         finite = (
             np.isfinite(values).all()

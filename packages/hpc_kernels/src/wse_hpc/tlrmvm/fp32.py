@@ -7,6 +7,8 @@ timedelta64, datetime64, strings, records), or a finite value past fp32's range,
 `a`'s own precision (hunt 64: a long double of 1e4000 was inf as a Python float, so the
 range check was skipped, and the cast printed NumPy's overflow warning before the error).
 The cast never warns. NaN and inf pass through: the caller's finiteness check names them.
+ml_dtypes' floats (bfloat16, the float8s: NumPy's kind 'V') are real numbers that fp32
+holds exactly, taken as float16 is (hunt 78: bfloat16 was refused as "no numbers").
 """
 
 from __future__ import annotations
@@ -39,10 +41,23 @@ def shown(x: np.floating | float) -> str:
     return np.format_float_scientific(x, precision=2, trim="-", exp_digits=2)
 
 
+def _ml_float(dtype: np.dtype) -> bool:
+    """An ml_dtypes float (bfloat16, float8_*): kind 'V' to NumPy; `ml_dtypes.finfo` knows
+    it (and refuses records, raw bytes and ml_dtypes' ints)."""
+    try:
+        import ml_dtypes  # JAX's own dependency: present wherever a bfloat16 array is
+
+        ml_dtypes.finfo(dtype)
+    except (ImportError, ValueError, TypeError):
+        return False
+    return True
+
+
 def to_fp32(a: np.ndarray, what: str, error: Callable[[str], Exception]) -> np.ndarray:
     """`a` as float32, or complex64 when complex (no copy when it already is); raises
     `error(line)`, the line starting with `what`, where there is no such cast (module doc)."""
-    if a.dtype.kind not in "iufc":  # hunt 64: timedelta64 is an np.number (a Traceback)
+    # hunt 64: timedelta64 is an np.number (a Traceback); hunt 78: bfloat16 is kind 'V'
+    if a.dtype.kind not in "iufc" and not _ml_float(a.dtype):
         raise error(f"{what} must hold real or complex numbers, got dtype {a.dtype}")
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is found below
         out = a.astype(np.complex64 if np.iscomplexobj(a) else np.float32, copy=False)
