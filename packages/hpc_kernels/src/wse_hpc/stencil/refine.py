@@ -191,9 +191,11 @@ def _residual(rf: _Refiner, b, x, x_lo):
 
 def _sigma(rf: _Refiner, rnorm: jax.Array) -> jax.Array:
     """The power of two that keeps |y| near TARGET_MAGNITUDE for a residual of norm rnorm
-    (||r|| >= max |r|: the bound of `bicgstab.scale_for` without a max-reduction)."""
+    (||r|| >= max |r|: the bound of `bicgstab.scale_for` without a max-reduction). `ldexp`,
+    not `exp2`: XLA's jitted exp2(13) on a CPU is 8192.004, and sigma' / sigma must be exact."""
     rnorm = jnp.maximum(rnorm, jnp.finfo(jnp.float32).tiny)
-    return jnp.exp2(jnp.round(jnp.log2(TARGET_MAGNITUDE / (rnorm * rf.bound_per_r))))
+    e = jnp.round(jnp.log2(TARGET_MAGNITUDE / (rnorm * rf.bound_per_r)))
+    return jnp.ldexp(jnp.float32(1.0), jnp.clip(e, -126, 127).astype(jnp.int32))
 
 
 def _update(rf: _Refiner, b: jax.Array, bnorm: jax.Array, bad: jax.Array, c: _Carry) -> _Carry:
