@@ -66,12 +66,14 @@ def test_match_gpus_search_by_hand():
     from wse_systems.planning.train import match_gpus
 
     times = {3: 9.0, 4: 6.0, 5: 7.0, 6: 9.0, 7: 9.0, 8: 4.0, 16: 3.0, 24: 2.5, 32: 1.0}
-    fn = times.get  # None: the count cannot hold the model
-    assert match_gpus(fn, 6.5, start=3, limit=64, node=8) == 4
-    assert match_gpus(fn, 3.5, start=3, limit=64, node=8) == 16  # 16 hits, bisect to 8: miss
-    assert match_gpus(fn, 0.5, start=3, limit=64, node=8) is None
-    # 24 is priced and fast enough: the doubling 8, 16, 32 never looks at it, the bound does
-    assert match_gpus(fn, 2.6, start=3, limit=64, node=8, priced=24) == 24
+    fn, counts = times.get, sorted(times)  # the counts with a layout (hunt 78)
+    assert match_gpus(fn, 6.5, counts=counts, node=8) == 4
+    assert match_gpus(fn, 3.5, counts=counts, node=8) == 16  # past a node: whole nodes
+    assert match_gpus(fn, 0.5, counts=counts, node=8) is None
+    # hunt 78: every count tried, whatever was priced (the doubling 8, 16, 32 missed 24)
+    assert match_gpus(fn, 2.6, counts=counts, node=8) == 24
+    twelve = {**times, 12: 2.0}  # 12 is fast enough but not whole nodes: skipped
+    assert match_gpus(twelve.get, 2.6, counts=sorted(twelve), node=8) == 24
 
 
 def _wafer_period(side: dict, output: int, seen_s: float) -> None:

@@ -130,6 +130,8 @@ def test_pipeline_stages_send_activations_at_the_serving_models_hop():
     hop = gs.step(L8B, gpum.H100, gs.GpuLayout(8, 2), gs.StepBatch(prefill_tokens=SEQ,
                   prompt_tokens=SEQ)).stage_hops_s  # fmt: skip
     assert hop == pytest.approx(2 * SEQ * D / IB + IB_LAT, rel=1e-12)
+    # hunt 78: Megatron's scatter-gather sends, 1/tp of it a GPU on its own NIC
+    hop = 2 * SEQ * D / 8 / IB + IB_LAT
     assert step.stage_sends_s == pytest.approx(2 * hop, rel=1e-12)  # forward and backward
     busy = max(step.compute_s, step.floor.floor_s)
     by_hand = (busy + 2 * hop) * (1 + 7 / 1) + step.exposed_allreduce_s
@@ -138,7 +140,7 @@ def test_pipeline_stages_send_activations_at_the_serving_models_hop():
     assert step.step_s > pp1.step_s  # before: equal; 8 x more GPUs buy only the sends
     tiny = gpum.train_step(wse_models.preset_config("tiny-gpt2"), gpum.H100, num_gpus=8,
                            batch=1, seq_len=128)  # fmt: skip
-    nvlink_hop = 2 * 128 * 64 / NVLINK + NV_LAT  # one node: NVLink
+    nvlink_hop = 2 * 128 * 64 / tiny.layout.tp / NVLINK + NV_LAT  # one node: NVLink
     assert tiny.layout.pp == 2 and tiny.stage_sends_s == pytest.approx(2 * nvlink_hop)
 
 

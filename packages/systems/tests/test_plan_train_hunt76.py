@@ -73,8 +73,9 @@ def test_tiny_gpt2_at_batch_one_is_its_kernels_in_the_fastest_layout():
     # dp = 1 (one sequence), so tp x pp = 8 with pp <= 2 layers: (8, 1) or (4, 2); one
     # micro-batch, so pp stages run one after another: the busy time x pp, and at pp 2 the
     # micro-batch's activations forward and gradients back, 128 x 64 bf16 values on NVLink
-    # (one node; hunt 77: no sends were priced)
-    sends = {1: 0.0, 2: 2 * (2 * 128 * 64 / NVLINK + STEP_LATENCY)}
+    # (one node; hunt 77: no sends were priced), 1/tp a GPU (hunt 78: Megatron's
+    # scatter-gather sends; the whole tensor was priced on one link)
+    sends = {1: 0.0, 2: 2 * (2 * 128 * 64 / 4 / NVLINK + STEP_LATENCY)}  # pp 2 is tp 4
     by_hand = {(tp, pp): pp * (_floor_by_hand(2, 64, 128, 1, tp, pp) + sends[pp])
                for tp, pp in [(8, 1), (4, 2)]}  # fmt: skip
     (tp, pp), fastest = min(by_hand.items(), key=lambda kv: kv[1])

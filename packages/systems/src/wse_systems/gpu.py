@@ -32,15 +32,22 @@ step runs at `mfu` of peak (an input; default `TRAIN_MFU` 0.4, the assumption
 `gpu.train_mfu`). The layout (data x tensor x pipeline
 parallel, tensor parallel inside a node) is the fastest of those that fit memory and whose
 data-parallel ranks divide the global batch, as Megatron-LM requires (`wse_systems.gpu_layout`:
-the memory accounting, the layouts, hunt 77's rule), micro-batches of one sequence, 1F1B (at
-most L layer inputs in flight per GPU): each rank runs m = batch / dp micro-batches, its
-compute that of m dp sequences over the GPUs. At pp > 1 each micro-batch sends its
-activations forward and its gradients back (`gpu_layout.stage_hop_s`: the serving model's
-hop, InfiniBand past one node); the pipeline bubble adds (pp - 1) / m of the busy time and
-the sends (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken
-to be inside the MFU (and in the floor below). Gradients (bf16) are ring-all-reduced over the
-data-parallel group on NVLink when it fits in one node, else InfiniBand, overlapping the
-backward pass (2/3 of the busy time): only the excess is exposed.
+the memory accounting, the layouts, the rank order, hunt 77's rule), micro-batches of one
+sequence, 1F1B (at most L layer inputs in flight per GPU): each rank runs m = batch / dp
+micro-batches. The pipeline runs at its busiest stage's pace (`stage_flops_per_token`): L /
+pp layers and, on the last stage, the output head, where Megatron places it (the first
+stage's embedding lookup is a gather, no flops: not priced; hunt 78: the head was spread
+evenly over the stages, GPT-2 1.5B's last stage of pp 8 runs 1.33 x the even share), over
+tp GPUs, for the compute and the bubble. At pp > 1 each micro-batch sends its activations
+forward and its gradients back (`gpu_layout.stage_hop_s`: 1/tp a GPU on its own link,
+InfiniBand past one node); the pipeline bubble adds (pp - 1) / m of the busy time and the
+sends (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken to
+be inside the MFU (and in the floor below). Gradients (bf16, a stage's even share of the
+parameters) are ring-all-reduced over the data-parallel group, on NVLink where Megatron's
+rank order (tp innermost, then dp, then pp) puts each group in one node
+(`gpu_layout.dp_ring_in_node`; hunt 78: InfiniBand whenever the job spanned nodes, so 16
+GPUs of GPT-2 1.5B chose dp 2 x pp 8 at 38.1 ms over dp 8 x pp 2), else InfiniBand,
+overlapping the backward pass (2/3 of the busy time): only the excess is exposed.
 
 The step's floor (`train_floor`; hunt 76: a 2-layer model's step was 36 ns on 8 H100s): the
 busy time is at least the kernels a step launches, in the serving forward's units for every
@@ -81,16 +88,25 @@ from wse_systems.gpu_layout import (
     GpuLayoutError,
     GpuMemoryError,
     TrainLayout,
+    dp_ring_in_node,
     layouts,
     min_train_gpus,
     no_layout_error,
     stage_hop_s,
 )
-from wse_systems.transformer import DecoderShape, attn_dim, matmul_params, num_params
+from wse_systems.transformer import (
+    DecoderShape,
+    attn_dim,
+    attn_matmul_params,
+    matmul_params,
+    mlp_matmul_params,
+    num_params,
+)
 
 __all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY",
            "GpuSpec", "GpuMemoryError", "GpuLayoutError", "ModelShape", "TrainLayout",
            "TrainStep", "TrainFloor", "gpu_spec", "ring_allreduce_s", "train_flops_per_token",
+           "stage_flops_per_token",
            "train_step", "train_floor", "TRAIN_PASSES", "AROUND_PASSES",
            "OPTIMIZER_KERNELS_PER_LAYER", "TP_ALLREDUCES_PER_LAYER", "min_train_gpus"]  # fmt: skip
 
@@ -212,6 +228,15 @@ def train_flops_per_token(model: DecoderShape, seq_len: int) -> float:
     return 6 * matmul_params(model) + 12 * model.n_layers * attn_dim(model) * seq_len
 
 
+def stage_flops_per_token(model: DecoderShape, seq_len: int, pp: int) -> float:
+    """The busiest pipeline stage's share of `train_flops_per_token` (module docstring): L /
+    pp layers' 6 x weights + 12 (H Q) T each, and the output head's 6 d V on the last stage.
+    At pp 1, all of it."""
+    layer = 6 * (attn_matmul_params(model) + mlp_matmul_params(model))
+    layer += 12 * attn_dim(model) * seq_len
+    return model.n_layers // pp * layer + 6 * model.vocab_size * model.d_model
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainFloor:
     """A step's floor on one GPU (`train_floor`): `kernels` launches at `kernel_s` each and
@@ -265,18 +290,22 @@ def train_floor(
 
 
 def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
-    n, micro = layout.dp * layout.tp * layout.pp, math.ceil(batch / layout.dp)
-    # the busiest rank's micro-batches (hunt 77: batch / n; `layouts` keeps dp | batch)
-    flops = micro * layout.dp * seq_len * train_flops_per_token(model, seq_len)
-    compute = flops / (n * gpu.peak_flops * mfu)
+    """The step of `layout` at its busiest rank's pace (module docstring): the last stage's
+    micro-batches (batch / dp; `layouts` keeps dp | batch), its sends, the bubble, and the
+    gradient ring's excess over 2/3 of the busy time, on NVLink where Megatron's rank order
+    (tp innermost, then dp, then pp) keeps each dp group in a node, else InfiniBand."""
+    tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
+    micro = math.ceil(batch / dp)
+    flops = micro * seq_len * stage_flops_per_token(model, seq_len, pp)
+    compute = flops / (tp * gpu.peak_flops * mfu)
     busy = max(compute, floor.floor_s)
     sends = SENDS_PER_MICRO * micro * stage_hop_s(model, gpu, layout, seq_len)
-    bubble = (busy + sends) * (layout.pp - 1) / micro
-    in_node = n <= gpu.gpus_per_node
+    bubble = (busy + sends) * (pp - 1) / micro
+    in_node = dp_ring_in_node(tp, dp, pp, node)
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
-    grad_bytes = WEIGHT_BYTES * num_params(model) / (layout.tp * layout.pp)
-    ring = ring_allreduce_s(grad_bytes, layout.dp, bw, lat)
+    grad_bytes = WEIGHT_BYTES * num_params(model) / (tp * pp)
+    ring = ring_allreduce_s(grad_bytes, dp, bw, lat)
     exposed = max(0.0, ring - busy * 2 / 3)
     step_s = busy + sends + bubble + exposed
     return TrainStep(step_s, compute, bubble, ring, exposed, layout, floor, sends)

@@ -11,33 +11,47 @@ recompute (each layer's bf16 input kept, 2 s d bytes a sequence a layer, and one
 working set 34 s d bytes, Korthikanti et al. 2022 with flash attention), micro-batches of
 one sequence, within `USABLE_MEMORY` of HBM.
 
-Layouts: tensor parallel 1, 2, 4 or 8 inside a node dividing the attention and KV heads,
-pipeline parallel dividing the layers, the rest data parallel, where dp divides the global
-batch: Megatron-LM's checks by default ("num_attention_heads must be divisible by
-tensor_model_parallel_size", "number of layers should be divisible by the pipeline parallel
-size"; hunt 77: 24 H100s ran 16 sequences of Llama 3 8B as pp 3, 10.67 of its 32 layers a
-stage, where the busiest runs 11, and `min_train_gpus` counted such stages; tco-training's
-GPUs to match were 48, 192 and 768, pp 3 of 40 layers, now 64, 256 and 1,024). Megatron-LM
+Layouts: tensor parallel any count up to a node dividing the attention and KV heads, each
+tensor-parallel group inside one node (a count that does not divide the node only on one
+node), pipeline parallel dividing the layers, the rest data parallel, where dp divides the
+global batch: Megatron-LM's checks by default ("num_attention_heads must be divisible by
+tensor_model_parallel_size", the query groups likewise, "number of layers should be
+divisible by the pipeline parallel size"; tp <= a node is this plan's house rule; hunt 78:
+tp was held to 1, 2, 4 or 8, so GPT-2 1.5B's 25 heads had tp 1 only, where Megatron runs
+tp 5; hunt 77: 24 H100s ran 16 sequences of Llama 3 8B as pp 3, 10.67 of its 32 layers a
+stage, where the busiest runs 11, and `min_train_gpus` counted such stages). Megatron-LM
 refuses a global batch that micro-batch x dp does not divide (its num_microbatches_calculator:
 "global batch size ... is not divisible by micro batch size ... times data parallel
-size"), so every rank runs batch / dp micro-batches and none idles. Hunt 77: dp 12 was
-priced for 16 sequences as if each rank ran 1.33 (the busiest runs 2: 0.7995 s a step
-priced, 1.199 s run); `wse plan train`'s GPUs to match were 40, 152 and 600 H100s for
-tco-training's 32, 128 and 512 sequences (dp 10, 38, 150: ranks of 4 sequences, the pace
-of 32, 128 and 512 GPUs).
+size"), so every rank runs batch / dp micro-batches and none idles (hunt 77: dp 12 was
+priced for 16 sequences as if each rank ran 1.33). The counts that have a layout are
+enumerated directly as the products dp x tp x pp (`train_counts`; hunt 78: the refusal
+walked every count up to twice the one asked, 96 s at 999,998 GPUs), and a count with none
+is refused naming the nearest below and above (`no_layout_error`; hunt 78: any count with
+no layout that fits memory was refused as too few GPUs, "use at least 2 GPUs" at 17).
 
-Sends between stages (hunt 77: 1,024 GPUs in dp 16 x tp 8 x pp 8 were priced as the 128 of
-pp 1): each micro-batch's activations go forward to the next stage and their gradients
-back, one sequence's seq_len x d_model bf16 values each way, a hop each at the serving
-model's price (`wse_systems.serving.gpu_step`: bytes over one GPU's link + its latency).
-Megatron's rank order puts tensor, then data ranks inside a stage (tp-dp-pp), so on more
-than one node at least one hop crosses nodes and sets the pace: InfiniBand, as the gradient
-ring; NVLink on one node.
+Rank order: Megatron's default, tensor parallel innermost, then data, then pipeline
+outermost (tp-dp-pp; context and expert parallel 1): rank = t + tp (d + dp p). So a stage's
+tp x dp ranks sit together, a tensor-parallel group in a node (the rule above), a
+data-parallel group in one node where its ranks do (`dp_ring_in_node`; hunt 78: the
+gradient ring was priced on InfiniBand whenever the job spanned nodes), and the sends
+between stages cross a node somewhere wherever the job spans nodes (the stage that holds
+the node's last rank sends past it), which paces the pipeline.
+
+Sends between stages (`stage_hop_s`; hunt 77: 1,024 GPUs in dp 16 x tp 8 x pp 8 were priced
+as the 128 of pp 1): each micro-batch's activations go forward to the next stage and their
+gradients back, seq_len x d_model bf16 values each way, split over the tensor-parallel ranks
+(Megatron's scatter-gather p2p, or sequence parallelism's shards: each of the tp GPUs sends
+1/tp on its own link; hunt 78: the whole tensor was priced on one link), a hop each at the
+serving model's price per GPU (bytes over one GPU's link + its latency): InfiniBand (a NIC a
+GPU) where the job spans nodes, NVLink on one node; the receiver's all-gather over NVLink
+is not priced (none under sequence parallelism).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -50,14 +64,14 @@ if TYPE_CHECKING:
 
 __all__ = ["BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY", "WEIGHT_BYTES", "ACT_WORKING",
            "GpuMemoryError", "GpuLayoutError", "TrainLayout", "train_bytes", "layouts",
-           "min_train_gpus", "no_layout_error", "stage_hop_s", "SENDS_PER_MICRO"]  # fmt: skip
+           "min_train_gpus", "train_counts", "no_layout_error", "dp_ring_in_node",
+           "stage_hop_s", "SENDS_PER_MICRO"]  # fmt: skip
 
 BYTES_PER_PARAM_TRAIN = 16  # bf16 weight + bf16 grad + fp32 master + Adam m, v
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
 WEIGHT_BYTES = 2  # bf16 weights, gradients and activations
 ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
 SENDS_PER_MICRO = 2  # a stage's hops a micro-batch: activations forward, gradients back
-TENSOR_PARALLEL = (1, 2, 4, 8)
 
 
 class GpuMemoryError(WseError):
@@ -88,80 +102,100 @@ def train_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> float:
     return states + inputs + working
 
 
-def _splits(model: DecoderShape, gpu: GpuSpec) -> Iterator[tuple[int, int]]:
-    """Every (tp, pp) Megatron-LM accepts for `model` (module docstring): tp 1, 2, 4 or 8 in
-    a node dividing the attention heads and the KV heads, pp dividing the layers."""
-    heads = (model.n_heads, model.n_kv_heads)
-    for tp in TENSOR_PARALLEL:
-        if tp <= gpu.gpus_per_node and all(h % tp == 0 for h in heads):
-            yield from ((tp, pp) for pp in range(1, model.n_layers + 1) if model.n_layers % pp == 0)
+def _splits(model: DecoderShape, gpu: GpuSpec, seq_len: int) -> Iterator[tuple[int, int]]:
+    """Every (tp, pp) Megatron-LM accepts for `model` (module docstring) whose training state
+    fits memory: tp up to a node dividing the attention heads and the KV heads, pp dividing
+    the layers."""
+    usable, node = USABLE_MEMORY * gpu.memory_bytes, gpu.gpus_per_node
+    for tp in range(1, node + 1):
+        if model.n_heads % tp == 0 == model.n_kv_heads % tp:
+            for pp in range(1, model.n_layers + 1):
+                if model.n_layers % pp == 0 and train_bytes(model, seq_len, tp, pp) <= usable:
+                    yield tp, pp
 
 
-def _fitting(model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int):
-    """Every (dp, tp, pp) of `num_gpus` whose training state fits memory."""
-    usable = USABLE_MEMORY * gpu.memory_bytes
-    for tp, pp in _splits(model, gpu):
-        if num_gpus % (tp * pp) == 0 and (need := train_bytes(model, seq_len, tp, pp)) <= usable:
-            yield TrainLayout(num_gpus // (tp * pp), tp, pp, need)
+def _tp_in_node(tp: int, num_gpus: int, node: int) -> bool:
+    """Whether every tensor-parallel group (tp consecutive ranks) of `num_gpus` sits in one
+    node: all on one node, or tp dividing the node."""
+    return num_gpus <= node or node % tp == 0
 
 
 def layouts(
     model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int, batch: int
 ) -> Iterator[TrainLayout]:
-    """Every layout of `num_gpus` that fits memory and whose dp divides `batch` (Megatron's
-    rule for micro-batches of one sequence: module docstring)."""
-    return (x for x in _fitting(model, gpu, num_gpus, seq_len) if batch % x.dp == 0)
+    """Every layout of `num_gpus` that fits memory, keeps each tensor-parallel group in a
+    node and whose dp divides `batch` (Megatron's rule for micro-batches of one sequence:
+    module docstring)."""
+    for tp, pp in _splits(model, gpu, seq_len):
+        dp, rest = divmod(num_gpus, tp * pp)
+        if not rest and batch % dp == 0 and _tp_in_node(tp, num_gpus, gpu.gpus_per_node):
+            yield TrainLayout(dp, tp, pp, train_bytes(model, seq_len, tp, pp))
 
 
 def min_train_gpus(model: DecoderShape, gpu: GpuSpec, *, seq_len: int) -> int:
     """The fewest GPUs (a tp x pp Megatron-LM accepts: `_splits`) whose training state fits."""
-    usable = USABLE_MEMORY * gpu.memory_bytes
-    best = [tp * pp for tp, pp in _splits(model, gpu)
-            if train_bytes(model, seq_len, tp, pp) <= usable]  # fmt: skip
+    node = gpu.gpus_per_node
+    best = [tp * pp for tp, pp in _splits(model, gpu, seq_len) if _tp_in_node(tp, tp * pp, node)]
     if not best:
         raise GpuMemoryError(f"no layout of {gpu.name} GPUs holds this model's training state")
     return min(best)
 
 
-def _runs(model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int, batch: int) -> bool:
-    return any(True for _ in layouts(model, gpu, num_gpus, seq_len, batch))
+def train_counts(model: DecoderShape, gpu: GpuSpec, *, seq_len: int, batch: int) -> list[int]:
+    """Every GPU count that has a layout (`layouts`), ascending: the products dp x tp x pp
+    of the splits that fit (`_splits`) and the dp that divide `batch`, enumerated directly
+    (at most the divisors of the batch x a node's tp x the layers' divisors)."""
+    dps = [d for d in range(1, batch + 1) if batch % d == 0]
+    node = gpu.gpus_per_node
+    return sorted({dp * tp * pp for tp, pp in _splits(model, gpu, seq_len) for dp in dps
+                   if _tp_in_node(tp, dp * tp * pp, node)})  # fmt: skip
 
 
 def no_layout_error(
     model: DecoderShape, gpu: GpuSpec, num_gpus: int, *, seq_len: int, batch: int
 ) -> GpuMemoryError:  # fmt: skip
-    """Why no layout of `num_gpus` runs: memory (naming the fewest GPUs that hold the model),
-    or no data-parallel count that divides `batch` (a `GpuLayoutError` naming the nearest
-    counts that run it, below and above)."""
+    """Why no layout of `num_gpus` runs: too few GPUs to hold the model (naming the fewest
+    that do), or no data x tensor x pipeline split of that many (a `GpuLayoutError` naming
+    the nearest counts that have one, below and above: `train_counts`)."""
     need = min_train_gpus(model, gpu, seq_len=seq_len)
-    if not any(True for _ in _fitting(model, gpu, num_gpus, seq_len)):
+    if num_gpus < need:
         return GpuMemoryError(
             f"{num_gpus} x {gpu.name} cannot train this model "
             f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes + "
             f"activations, batch {batch}): use at least {need} GPUs, at most "
             f"{batch} data-parallel ranks x tensor x pipeline"
         )
-    below = next((k for k in range(num_gpus - 1, need - 1, -1)
-                  if _runs(model, gpu, k, seq_len, batch)), None)  # fmt: skip
-    above = next((k for k in range(num_gpus + 1, 2 * num_gpus + 1)
-                  if _runs(model, gpu, k, seq_len, batch)), None)  # fmt: skip
-    near = " or ".join(str(k) for k in (below, above) if k is not None)
+    counts = train_counts(model, gpu, seq_len=seq_len, batch=batch)
+    i = bisect.bisect_left(counts, num_gpus)
+    near = [counts[j] for j in (i - 1, i + (i < len(counts) and counts[i] == num_gpus))
+            if 0 <= j < len(counts)]  # fmt: skip
     return GpuLayoutError(
         f"{num_gpus} x {gpu.name}: no layout runs the global batch of {batch} sequences: "
-        f"Megatron-LM needs data-parallel ranks that divide it (tensor parallel "
-        f"{'/'.join(map(str, TENSOR_PARALLEL))} in a node dividing the heads, pipeline "
-        f"parallel dividing the {model.n_layers} layers, the rest data parallel); use "
-        f"{near or 'another count of'} GPUs"
+        f"Megatron-LM needs data-parallel ranks that divide it (tensor parallel up to "
+        f"{gpu.gpus_per_node} in a node dividing the {model.n_heads} heads and "
+        f"{model.n_kv_heads} KV heads, pipeline parallel dividing the {model.n_layers} "
+        f"layers, the rest data parallel, within memory); use "
+        f"{' or '.join(map(str, near)) or 'another count of'} GPUs"
     )
+
+
+@functools.cache
+def dp_ring_in_node(tp: int, dp: int, pp: int, node: int) -> bool:
+    """Whether every data-parallel group sits in one node under Megatron's rank order (rank =
+    t + tp (d + dp p): module docstring), its ring then on NVLink, else InfiniBand."""
+    stage = tp * dp
+    return all((p * stage + t) // node == (p * stage + t + tp * (dp - 1)) // node
+               for p in range(pp) for t in range(tp))  # fmt: skip
 
 
 def stage_hop_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, seq_len: int) -> float:
     """One hop between pipeline stages: a micro-batch's seq_len x d_model bf16 activations
-    (or their gradients) over one GPU's link, plus its latency: NVLink where the job is on
-    one node, else InfiniBand (module docstring). 0 at pp 1."""
+    (or their gradients) split over the tp ranks, 1/tp over each GPU's own link, plus its
+    latency: NVLink where the job is on one node, else InfiniBand (module docstring: some
+    stage boundary then crosses a node). 0 at pp 1."""
     if layout.pp == 1:
         return 0.0
     in_node = layout.dp * layout.tp * layout.pp <= gpu.gpus_per_node
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
-    return WEIGHT_BYTES * seq_len * model.d_model / bw + lat
+    return WEIGHT_BYTES * seq_len * model.d_model / layout.tp / bw + lat

@@ -7,8 +7,10 @@ preset, a shipped trainer config, a params.yaml, an HF directory or its config.j
 `ModelChoice` (`wse_systems.planning.choice`).
 `plan_train(...)` returns a `Plan`: one `SideResult` for the wafers and one for the GPUs
 (time, energy, cost, the figures per step), the GPU count that would match the wafers'
-time (`match_gpus`: never above a count the plan priced that is already as fast), and the
-assumptions in words. Both sides run the same numerics: the wafer's precision
+time (`match_gpus`: the smallest count with a layout, up to a node or whole nodes, that is
+as fast, whatever count was priced), and the assumptions in words. The GPU side lives in
+`wse_systems.planning.train_gpus` (the count priced: the one asked, else a default that has a
+layout). Both sides run the same numerics: the wafer's precision
 (`wse_systems.training.placement.precision_of`, "precision" in the wafer's figures) sets the
 GPU peak the GPU side runs at (`gpu_at`: fp32 on the CUDA cores, mixed at bf16). Nothing
 here compiles anything. Shared with serving (`wse_systems.planning.sides`, imported from
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from wse_core import WaferSpec
@@ -36,7 +37,6 @@ from wse_core.cost.reads import recording
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
-from wse_systems import gpu_kernels as gk
 from wse_systems.planning.choice import ModelChoice, PlanError, check_context
 from wse_systems.planning.sides import (
     Plan,
@@ -48,9 +48,10 @@ from wse_systems.planning.sides import (
     power_notes,
     wafer_rates,
 )
+from wse_systems.planning.train_gpus import GPU_PRECISION, GpuJob, gpu_at, match_gpus, price_gpus
 from wse_systems.planning.train_step import check_micro_fits, default_batch, wafer_train_step
 from wse_systems.training.placement import PRECISION_WORDS
-from wse_systems.transformer import DecoderShape, num_params
+from wse_systems.transformer import num_params
 
 __all__ = [
     "PlanError",
@@ -73,8 +74,7 @@ UNPRICED = ("not priced: checkpoint saves (MemoryX's masters and optimizer state
             "no sourced write rate) and evaluations (a params file's eval passes; `wse train` "
             "prices one); --tokens is priced as training steps only")  # fmt: skip
 
-# The wafer's precision -> the GPU precision that runs the same arithmetic; its peak's source
-GPU_PRECISION = {"fp32": "fp32", "mixed": "bf16", "bf16": "bf16"}
+# The GPU precision that runs the wafer's arithmetic (`GPU_PRECISION`) -> its peak's source
 _PEAK_SOURCE = {
     "fp32": 'fp32 on the CUDA cores (NVIDIA datasheet "FP32"; wse_models multiplies fp32 '
     "at Precision.HIGHEST, so not on TF32 tensor cores, which round the operands); the "
@@ -84,15 +84,6 @@ _PEAK_SOURCE = {
 }
 
 
-def gpu_at(g: gpum.GpuSpec, precision: str) -> tuple[gpum.GpuSpec, str]:
-    """(`g` with `peak_flops` the peak that runs the wafer's `precision`, that GPU
-    precision's name): the GPU step model (`wse_systems.gpu.train_step`) runs at mfu of
-    `peak_flops`. Hunt 68: an fp32 wafer job was compared with a bf16 GPU job."""
-    name = GPU_PRECISION[precision]
-    peak = g.peak_fp32_flops if name == "fp32" else g.peak_flops
-    return dataclasses.replace(g, peak_flops=peak), name
-
-
 def _numerics(cfg: Any, precision: str, gpu_precision: str) -> str:
     """The note that names both sides' numerics and where the wafer's come from."""
     pd = str(cfg.param_dtype)
@@ -100,55 +91,6 @@ def _numerics(cfg: Any, precision: str, gpu_precision: str) -> str:
         f"; param_dtype {pd} changes no arithmetic: MemoryX keeps fp32 masters")  # fmt: skip
     return (f"numerics: wafer {precision} ({PRECISION_WORDS[precision]}; model.dtype "
             f"{cfg.dtype}{masters}); GPU {gpu_precision}, the same arithmetic")  # fmt: skip
-
-
-def _gpu_train_time(shape, g, *, gpus, batch, seq, steps, mfu) -> tuple[float, gpum.TrainStep]:
-    """`steps` GPU steps (`mfu` None: `gpu.train_mfu`, read by `gpum.train_step`), at least
-    their kernels (`gpum.train_floor`, at `gpu.kernel_s`)."""
-    s = gpum.train_step(shape, g, num_gpus=gpus, batch=batch, seq_len=seq, mfu=mfu)
-    return steps * s.step_s, s
-
-
-def _unless_oom(fn: Callable[[int], float]) -> Callable[[int], float | None]:
-    """`fn(gpus)`, or None where that many GPUs cannot hold the model (`GpuMemoryError`)."""
-
-    def time_on(k: int) -> float | None:
-        try:
-            return fn(k)
-        except gpum.GpuMemoryError:
-            return None
-
-    return time_on
-
-
-def match_gpus(
-    fn: Callable[[int], float | None], target_s: float, *, start: int, limit: int, node: int,
-    priced: int | None = None,
-) -> int | None:  # fmt: skip
-    """Smallest GPU count with fn(count) <= target_s (None where none up to `limit`): every
-    count from `start` (the fewest that hold the model) up to a node, then whole nodes
-    (doubling, then bisection between the last miss and the first hit). A count already
-    priced and fast enough (`priced`) bounds the search, so the match is never above it
-    (time is not monotone in the count: layouts change with it)."""
-
-    def ok(m: int) -> bool:
-        t = fn(m)
-        return t is not None and t <= target_s
-
-    if priced is not None and ok(priced):
-        limit = min(limit, priced)
-    for m in range(start, min(node, limit + 1)):
-        if ok(m):
-            return m
-    miss, n, top = 0, max(1, math.ceil(start / node)), limit // node
-    while n <= top and not ok(n * node):
-        miss, n = n, (2 * n if 2 * n <= top or n == top else top)
-    if n > top:
-        return priced if priced is not None and priced <= limit and ok(priced) else None
-    while n - miss > 1:  # ok(n nodes), not ok(miss nodes)
-        mid = (miss + n) // 2
-        miss, n = (miss, mid) if ok(mid * node) else (mid, n)
-    return n * node
 
 
 def _wafer_train_side(
@@ -168,75 +110,6 @@ def _wafer_train_side(
          "energy_j_per_step": eco.per(w_energy, steps),
          "energy_j_per_token": eco.per(w_energy, steps * global_batch * seq), **scale},
     )  # fmt: skip
-
-
-def _gpu_train_side(
-    shape: DecoderShape, g: gpum.GpuSpec, m: int, job: tuple[int, int, int], mfu: float | None,
-    rates: dict[str, Any], precision: str,
-) -> SideResult:  # fmt: skip
-    """`m` GPUs training the same `job` (steps, global batch, sequence), in `precision`
-    (`g` as `gpu_at` gives it: its peak_flops that precision's)."""
-    steps, global_batch, seq = job
-    g_time, g_step = _gpu_train_time(
-        shape, g, gpus=m, batch=global_batch, seq=seq, steps=steps, mfu=mfu
-    )
-    gpeak, _ = g.power_w_per_gpu()
-    g_energy = eco.energy_j(g_time, m * gpeak)
-    return SideResult(
-        g.name, m, g_time, g_energy,
-        eco.bill(system_hours=m * g_time / 3600, energy_j=g_energy, rates=gpu_rates(g, rates)),
-        {"steps": steps, "tokens_trained": steps * global_batch * seq,
-         "step_s": g_step.step_s, "precision": precision,
-         "peak_flops": g.peak_flops, "layout": g_step.layout.to_dict(),
-         "exposed_allreduce_s": g_step.exposed_allreduce_s, "bubble_s": g_step.bubble_s,
-         "stage_sends_s": g_step.stage_sends_s,
-         "compute_s": g_step.compute_s, "step_bound": g_step.bound,
-         "floor": {**dataclasses.asdict(g_step.floor), "floor_s": g_step.floor.floor_s},
-         "energy_j_per_step": eco.per(g_energy, steps),
-         "energy_j_per_token": eco.per(g_energy, steps * global_batch * seq)},
-    )  # fmt: skip
-
-
-def _floor_note(fig: dict[str, Any]) -> str:
-    """The GPU step's floor (`wse_systems.gpu.train_floor`) in words: its kernel counts and
-    their sources, the assumed kernel cost's range and the key that moves it."""
-    f, lay = fig["floor"], fig["layout"]
-    tp = f" + {f['tp_allreduce_s'] * 1e6:.4g} us of tp all-reduces" if lay["tp"] > 1 else ""
-    return (
-        f"GPU step floor: a step is at least its kernels, {gk.KERNELS_PER_LAYER} a layer "
-        f"(wse_systems.gpu_kernels.KERNELS_PER_LAYER, the serving forward's) x "
-        f"{gpum.TRAIN_PASSES} passes a micro-batch of one sequence (forward, full recompute, "
-        f"backward at twice the forward's) + {gk.KERNELS_PER_STEP} x {gpum.AROUND_PASSES} "
-        "(embedding, final norm, head and loss: forward and backward) + "
-        f"{gpum.OPTIMIZER_KERNELS_PER_LAYER} fused AdamW kernel a layer a step (assumed: one "
-        f"multi-tensor launch a layer), and where tp > 1 {gpum.TP_ALLREDUCES_PER_LAYER} NVLink "
-        "ring all-reduces a layer a micro-batch (Megatron: 2 forward, 2 backward, 2 "
-        "recompute; latency included); the busy time is the larger of compute at MFU and the "
-        "floor (a large model's MFU holds its launches); "
-        f"here {f['kernels']:,} kernels x {f['kernel_s'] * 1e6:g} us{tp} = "
-        f"{f['floor_s'] * 1e6:.4g} us a step against compute {fig['compute_s'] * 1e6:.4g} us "
-        f"({fig['step_bound']} bound; dp {lay['dp']}, tp {lay['tp']}, pp {lay['pp']}); "
-        f"kernel_s assumed in {min(gk.KERNEL.sweep) * 1e6:g}..{max(gk.KERNEL.sweep) * 1e6:g} "
-        f"us: --assume {gk.KERNEL_KEY}=S (wse_systems.gpu_kernels.KERNEL)"
-    )
-
-
-def _layout_note(fig: dict[str, Any]) -> str:
-    """The GPU layout's rule and its sends between pipeline stages (`wse_systems.gpu_layout`,
-    hunt 77) in words, with this plan's figures."""
-    lay = fig["layout"]
-    return (
-        "GPU layout: the fastest data x tensor x pipeline split whose data-parallel ranks "
-        "divide the global batch (Megatron-LM refuses a global batch not divisible by "
-        "micro-batch x data-parallel size; micro-batches of one sequence), so every rank runs "
-        "the same micro-batches; at pp > 1 each micro-batch sends its activations to the next "
-        "stage and its gradients back (seq_len x d_model bf16 each way, the serving model's "
-        "hop: over one GPU's InfiniBand link past one node, NVLink inside, + latency), the "
-        "bubble (pp - 1) / m of compute and sends; here dp "
-        f"{lay['dp']}, tp {lay['tp']}, pp {lay['pp']}: sends {fig['stage_sends_s'] * 1e3:.4g} "
-        f"ms, bubble {fig['bubble_s'] * 1e3:.4g} ms, exposed gradient all-reduce "
-        f"{fig['exposed_allreduce_s'] * 1e3:.4g} ms a step (wse_systems.gpu_layout)"
-    )
 
 
 def _split(choice: ModelChoice, systems: int) -> int | None:
@@ -363,7 +236,8 @@ def plan_train(
         "fits: wse_systems.training.stride) and MemoryX accumulates their gradients; "
         "with no batch given, the smallest whose streams add <= 1% of the step, unless a power "
         "of two within a factor 2 of it runs > 1% more tokens/s (then the fastest of those: "
-        "default_batch)",
+        "default_batch), at auto's tokens/s (the default plan's), kept at a --micro-batch "
+        "that runs it",
         "wafer scaling against one system: weak = the same batch per system (the global "
         "batch grows with N), strong = the same global batch on one system; speedup = "
         "tokens/s(N) / tokens/s(1), one system at its fastest micro-batch; every system "
@@ -376,22 +250,9 @@ def plan_train(
         "trained token",
         UNPRICED,
     ]
-    try:
-        start = gpum.min_train_gpus(shape, g, seq_len=seq)
-    except gpum.GpuMemoryError as e:  # the wafers alone
-        why = "tensor parallel <= a node, pipeline dividing the layers"
-        notes.append(f"GPUs: {e} ({why}): no GPU side")
-        return Plan("train", choice.name, num_params(shape), inputs, w_side, None, None, notes)
-    m = m_asked or max(8 * n, g.gpus_per_node * math.ceil(start / g.gpus_per_node))
-    inputs["gpus"] = m
-    with recording() as g_reads:  # `asked` None: gpu.train_mfu is read where it prices
-        g_side = _gpu_train_side(shape, g_run, m, (steps, global_batch, seq), asked, rates,
-                                 g_precision)  # fmt: skip
-    g_side = dataclasses.replace(g_side, reads=g_reads)
-    notes[-1:-1] = [_floor_note(g_side.figures), _layout_note(g_side.figures)]
-    time_on = _unless_oom(lambda k: _gpu_train_time(
-        shape, g_run, gpus=k, batch=global_batch, seq=seq, steps=steps, mfu=asked)[0])  # fmt: skip
-    limit = global_batch * g.gpus_per_node * cfg.n_layers
-    match = match_gpus(time_on, w_side.time_s, start=start, limit=limit, node=g.gpus_per_node,
-                       priced=m)  # fmt: skip
-    return Plan("train", choice.name, num_params(shape), inputs, w_side, g_side, match, notes)
+    gp = price_gpus(shape, (g_run, g_precision), GpuJob(steps, global_batch, seq, n, asked),
+                    asked=m_asked, rates=rates, target_s=w_side.time_s)  # fmt: skip
+    notes[-1:-1] = gp.notes
+    if gp.side is not None:
+        inputs["gpus"] = gp.gpus
+    return Plan("train", choice.name, num_params(shape), inputs, w_side, gp.side, gp.match, notes)

@@ -49,11 +49,24 @@ def wafer_train_step(
         return plan_step(config, spec, num_csx=n, batch_per_system=b, seq_len=seq_len,
                          micro_batch=m, **plan)  # fmt: skip
 
-    why = None
-    if batch is None:
-        batch, why = default_batch(lambda b: step(num_csx, b, micro_batch), config, spec,
+    why, report = None, None
+    if batch is None:  # the default plan's batch, kept where the micro-batch asked runs it
+        batch, why = default_batch(lambda b: step(num_csx, b, "auto"), config, spec,
                                    num_csx=num_csx, seq_len=seq_len)  # fmt: skip
-    report = step(num_csx, batch, micro_batch)
+        try:
+            report = step(num_csx, batch, micro_batch)
+        except WseError:  # then the batches it runs, by the same rule
+            batch, why = default_batch(lambda b: step(num_csx, b, micro_batch), config, spec,
+                                       num_csx=num_csx, seq_len=seq_len)  # fmt: skip
+            why = f"{why}; at micro-batch {micro_batch}, which the default plan's batch fails"
+        else:
+            why = (
+                why
+                if micro_batch in (None, "auto")
+                else f"{why}; tokens/s at auto, the "
+                f"default plan's, kept at micro-batch {micro_batch}"
+            )
+    report = report or step(num_csx, batch, micro_batch)
     # one system at its fastest micro-batch (explore), whatever the setting priced: speedup
     # against the best one system does, not a slower baseline (Bailey 1991, "Twelve ways to
     # fool the masses"); <= N, below 1 at N = 1 where the setting priced is not the fastest
@@ -76,14 +89,18 @@ def wafer_train_step(
         p = scale_point(spec, report, strong.extra["tokens_per_s"])
         figures |= {"strong_speedup": p.speedup, "strong_efficiency": p.efficiency}
     explored = None if micro_batch == "explore" else step(num_csx, batch, "explore")
-    figures |= explore_hint(report, explored, micro_batch)
+    figures |= explore_hint(report, explored, micro_batch, batch=batch)
     return report.predicted_s, batch, figures
 
 
-def explore_hint(priced: Any, explored: Any, setting: int | str | None) -> dict[str, Any]:
+def explore_hint(
+    priced: Any, explored: Any, setting: int | str | None, *, batch: int
+) -> dict[str, Any]:  # fmt: skip
     """{"explored": the fastest micro-batch's step at the priced batch ({"micro_batch",
     "step_s", "tokens_per_s", "step_saving": the fraction of the priced step it saves}),
-    "micro_batch_hint": one line naming the setting that runs it} where "explore"
+    "micro_batch_hint": one line naming the setting that runs it, with the per-system
+    `batch` priced (hunt 78: the hint named --micro-batch 8 alone, and the plan it gave
+    chose another default batch, 17, which 8 does not divide)} where "explore"
     (`plan_step`'s fastest divisor) finds a faster micro-batch than `setting` (the one
     priced, a RunReport `priced`); both None where it does not, or `explored` is None
     (explore was priced)."""
@@ -95,7 +112,7 @@ def explore_hint(priced: Any, explored: Any, setting: int | str | None) -> dict[
     hint = (f"micro_batch_size {m} (explored) would take {s:.4g} s a step, {100 * saving:.1f}% "
             f"less than {priced.extra['micro_batch']} ({shown}, {was:.4g} s): set "
             f"train_input.micro_batch_size: {m} (or explore) in the params file, or plan it "
-            f"with --micro-batch {m}")  # fmt: skip
+            f"with --batch {batch} --micro-batch {m}")  # fmt: skip
     return {"explored": {"micro_batch": m, "step_s": s, "step_saving": saving,
                          "tokens_per_s": explored.extra["tokens_per_s"]},
             "micro_batch_hint": hint}  # fmt: skip
@@ -107,10 +124,13 @@ def default_batch(
     """(batch per system, why) when none is given: the smallest batch whose streams add at
     most 1% of the step (`no_stall_batch`; 1 when no batch the SRAM plan places does) unless
     a batch near it, a power of two within a factor 2, runs more than 1% more tokens/s
-    (`step(b)`'s report, at the micro-batch asked); then the fastest of them, the smallest
-    on a tie. Hunt 66: the smallest no-stall batch of Llama 3 8B was 17, a prime whose only
-    micro-batch is 17 (shorter vectors: a plan holding more activations), 16.5% slower than
-    16 = 2 x 8; a stall fraction rewards slow compute, tokens/s is what a run is served by."""
+    (`step(b)`'s report: `wafer_train_step` asks auto's, the default plan's, so a
+    micro-batch asked keeps the batch that plan showed, and the micro-batch's own only where
+    it does not run that batch); then the fastest of them, the smallest on a tie; where the
+    smallest does not run, the fastest of those that do. Hunt 66: the smallest no-stall
+    batch of Llama 3 8B was 17, a prime whose only micro-batch is 17 (shorter vectors: a
+    plan holding more activations), 16.5% slower than 16 = 2 x 8; a stall fraction rewards
+    slow compute, tokens/s is what a run is served by."""
     from wse_core import WseError
 
     from wse_systems.training.performance import no_stall_batch
@@ -124,8 +144,12 @@ def default_batch(
             speed[b] = step(b).extra["tokens_per_s"]
         except WseError:  # not placeable, or the micro-batch asked does not divide it
             continue
-    if least not in speed:
+    if least not in speed and not speed:
         return least, f"{least}: the smallest batch whose streams add <= 1% of the step"
+    if least not in speed:  # hunt 78: least was kept, and the micro-batch asked refused it
+        best = max(speed, key=lambda b: (speed[b], -b))
+        return best, (f"{best}: the fastest of the batches near {least} that run (the smallest "
+                      f"whose streams add <= 1% of the step does not)")  # fmt: skip
     best = max(speed, key=lambda b: (speed[b], -b))
     tried = ", ".join(f"{b} ({speed[b]:,.0f} tokens/s)" for b in sorted(speed))
     if speed[best] <= 1.01 * speed[least]:
