@@ -129,10 +129,20 @@ def _check_counts(config, spec, wafers: int | None, stages: int | None, kw) -> N
         )
     if wafers and stages is not None and stages < wafers:
         low, lo = _least_stages(config, spec, kw, wafers), _fewest(config, spec, kw, stages)
+        if low is None:  # hunt 78: "--stages in [3, 80]" was named where 3 wafers hold none
+            need = _fewest(config, spec, kw)
+            if need is None:
+                raise PlanError(f"no number of {name} wafers up to {layers} holds the model")
+            raise PlanError(
+                f"--stages {stages} on --wafers {wafers}: each wafer holds at least one stage, "
+                f"and {wafers} {name} wafers hold the model in no stage count; give --wafers "
+                f"{_span(need, layers)} and --stages "
+                f"{_span(_least_stages(config, spec, kw, None) or need, layers)}"
+            )
         fewer = "" if lo is None else f", or --wafers {_span(lo, stages)}"
         raise PlanError(
             f"--stages {stages} on --wafers {wafers}: each wafer holds at least one stage; give "
-            f"--stages {_span(low or wafers, layers)}{fewer}"
+            f"--stages {_span(low, layers)}{fewer}"
         )
 
 

@@ -35,7 +35,9 @@ and `step` without one. The fitted fractions stay as fitted at `KERNEL_S` (exper
 
 Memory: w_x n_params weight bytes plus B x `held_tokens` of KV cache (k_x bytes a value; the
 draft's too) within `USABLE_MEMORY` of each GPU's HBM (`max_batch`); `min_gpus` is the closed
-form of the fewest GPUs that hold the model and one user.
+form of the fewest GPUs that hold the model and one user, `gpu_counts` the counts whose
+replicas vLLM's rule allows (`wse_systems.serving.gpu_replicas`, with `tp_ok`,
+`replica_sizes` and `tp_note`, re-exported here), which a refusal names (`memory_error`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,13 @@ from wse_systems.gpu_kernels import (
     kernel_s_in_force,
 )
 from wse_systems.serving.frontier import ServingError
+from wse_systems.serving.gpu_replicas import (
+    gpu_counts,
+    replica_sizes,
+    tp_note,
+    tp_ok,
+    tp_rule,
+)
 from wse_systems.transformer import (
     DecoderShape,
     attn_dim,
@@ -88,6 +97,8 @@ __all__ = [
     "min_gpus",
     "tp_ok",
     "tp_note",
+    "tp_rule",
+    "gpu_counts",
     "floor_s",
     "floor_note",
     "step",
@@ -214,46 +225,6 @@ def layout_for(num_gpus: int, gpu: GpuSpec) -> GpuLayout:
     return GpuLayout(tp, num_gpus // tp)
 
 
-def tp_ok(model: DecoderShape, tp: int) -> bool:
-    """Whether the engines shard `model`'s attention over `tp` GPUs (vLLM's check,
-    TensorRT-LLM's likewise): tp divides the attention heads, and the KV heads, or is a
-    multiple of them (each KV head then replicated on tp / KV heads GPUs)."""
-    heads, kv = model.n_heads, model.n_kv_heads
-    return heads % tp == 0 and (kv % tp == 0 if tp <= kv else tp % kv == 0)
-
-
-def replica_sizes(num_gpus: int, gpu: GpuSpec, model: DecoderShape) -> list[int]:
-    """Replica sizes of `num_gpus`: every tp up to a node that the model's heads allow
-    (`tp_ok`, vLLM's rule; hunt 75: tp 3, 5, 6, 7 were priced for 32 heads and 8 KV heads,
-    then only powers of two were tried, and GPT-2's 12 heads were refused the tp 3 vLLM
-    runs), dividing `num_gpus` past a node (within one, a replica of the largest with the
-    GPUs left idle), and whole nodes up to one stage per layer. At most node + n_layers sizes
-    whatever `num_gpus` is (the closed form of the layouts)."""
-    node = gpu.gpus_per_node
-    small = {r for r in range(1, min(node, num_gpus) + 1) if tp_ok(model, r)
-             and (num_gpus <= node or num_gpus % r == 0)}  # fmt: skip
-    whole = {node * k for k in range(1, model.n_layers + 1) if num_gpus % (node * k) == 0}
-    return sorted(small | (whole if tp_ok(model, node) else set()))
-
-
-def tp_note(model: DecoderShape, gpu: GpuSpec, num_gpus: int, tp: int, pp: int) -> str | None:
-    """Why `num_gpus` GPUs within a node serve as replicas of tp x pp: the engines run no
-    tp group of them all, or they do and the load is served better with GPUs idle (None past
-    a node, or where the replicas use every GPU and a group of them all runs)."""
-    replicas, idle = divmod(num_gpus, tp * pp)
-    whole = tp_ok(model, num_gpus)
-    if num_gpus > gpu.gpus_per_node or (whole and not idle):
-        return None
-    served = f"served as {replicas} x tp {tp} x pp {pp}" + (f", {idle} GPU(s) idle" if idle else "")
-    if whole:  # hunt 75d: tp 3 on 12 heads runs, and tp 2 with a GPU idle served more
-        return f"{num_gpus} GPUs: tp {num_gpus} runs (vLLM's rule), but this load is {served}"
-    return (
-        f"{num_gpus} GPUs: tensor parallelism must divide the model's {model.n_heads} "
-        f"attention heads and its {model.n_kv_heads} KV heads or be a multiple of them "
-        f"(vLLM's and TensorRT-LLM's rule), up to a node of {gpu.gpus_per_node}: {served}"
-    )
-
-
 def _bytes(model, draft, precision: GpuPrecision, held_tokens: int) -> tuple[float, float]:
     """(weight bytes, KV bytes of one user) of the model and its draft."""
     params = num_params(model) + (num_params(draft) if draft else 0)
@@ -261,15 +232,20 @@ def _bytes(model, draft, precision: GpuPrecision, held_tokens: int) -> tuple[flo
     return precision.weight_bytes * params, precision.kv_bytes * values * held_tokens
 
 
+def _fit(total_bytes: float, gpu: GpuSpec) -> int:
+    """The fewest GPUs whose usable HBM holds `total_bytes` (memory alone)."""
+    return math.ceil(total_bytes / (USABLE_MEMORY * gpu.memory_bytes))
+
+
 def min_gpus(
     model: DecoderShape, gpu: GpuSpec, *, held_tokens: int, precision: str | GpuPrecision = "bf16",
     draft: DecoderShape | None = None,
 ) -> int:  # fmt: skip
     """The fewest GPUs (up to a node, then whole nodes) whose usable HBM holds the weights
-    and one user's KV cache: ceil(bytes / usable per GPU), rounded up to whole nodes past one."""
+    and one user's KV cache: ceil(bytes / usable per GPU), rounded up to whole nodes past one
+    (memory alone: the counts whose tp groups vLLM's rule allows are `gpu_counts`')."""
     weights, per_user = _bytes(model, draft, gpu_precision(precision), held_tokens)
-    fit = math.ceil((weights + per_user) / (USABLE_MEMORY * gpu.memory_bytes))
-    node = gpu.gpus_per_node
+    fit, node = _fit(weights + per_user, gpu), gpu.gpus_per_node
     return fit if fit <= node else node * math.ceil(fit / node)
 
 
@@ -278,7 +254,7 @@ def max_batch(
     draft: DecoderShape | None = None, precision: str | GpuPrecision = "bf16",
 ) -> int:  # fmt: skip
     """The most users whose KV caches fit beside the weights; GpuMemoryError (naming
-    `min_gpus`) when not even one does."""
+    the counts that serve it) when not even one does."""
     prec = gpu_precision(precision)
     usable = USABLE_MEMORY * gpu.memory_bytes * layout.gpus
     weights, per_user = _bytes(model, draft, prec, held_tokens)
@@ -293,23 +269,36 @@ def memory_error(
     model: DecoderShape, gpu: GpuSpec, num_gpus: int, *, held_tokens: int,
     draft: DecoderShape | None = None, precision: str | GpuPrecision = "bf16",
 ) -> GpuMemoryError:  # fmt: skip
-    """The refusal of `num_gpus` GPUs that serve the model with no replica, naming the fewest
-    that do (`min_gpus`) and, for a count past a node that is not whole nodes, its largest
-    replica (hunt 63: `--gpus 12` was refused as "1 x H100", its smallest replica)."""
+    """The refusal of `num_gpus` GPUs that serve the model with no replica, naming why and
+    the counts that do (`gpu_counts`; hunt 63: `--gpus 12` was refused as "1 x H100", its
+    smallest replica; hunt 78: 16 GPUs of a model whose 6 KV heads forbid tp 8 were told to
+    use "at least 3 ... then whole nodes", and 3 GPUs of one whose 4 heads forbid tp 3 "at
+    least 3")."""
     prec, node = gpu_precision(precision), gpu.gpus_per_node
     weights, per_user = _bytes(model, draft, prec, held_tokens)
-    at_least = min_gpus(model, gpu, held_tokens=held_tokens, precision=prec, draft=draft)
-    split = ""
-    if num_gpus > node and num_gpus % node:
-        split = (
-            f"; past one node replicas are whole nodes, so {num_gpus} GPUs make replicas of "
-            f"at most {max(replica_sizes(num_gpus, gpu, model))}"
+    counts = gpu_counts(model, gpu, _fit(weights + per_user, gpu))
+    why, whole = "", tp_ok(model, node)
+    if num_gpus > node and (num_gpus % node or not whole):
+        at = "whole nodes" if whole else (
+            f"whole nodes at tp {node}, which the model's {model.n_heads} attention heads and "
+            f"{model.n_kv_heads} KV heads forbid (vLLM's rule),"
+        )  # fmt: skip
+        why = (
+            f"; past one node a replica is {at} or a tp group within a node that divides the "
+            f"count, so {num_gpus} GPUs make replicas of at most "
+            f"{max(replica_sizes(num_gpus, gpu, model))}"
         )
+    elif counts.fit <= num_gpus <= node:
+        why = f"; {counts.fit} GPUs' memory holds it, but {tp_rule(model)}: no tp of {counts.fit}"
+        why += f" to {num_gpus} runs" if num_gpus > counts.fit else " runs"
+    unpriced = "" if whole or (num_gpus <= node and counts.least is not None) else (
+        f" (pipeline stages of fewer than {node} GPUs across nodes, which vLLM also runs, are "
+        "not priced)"
+    )  # fmt: skip
     return GpuMemoryError(
         f"{num_gpus} x {gpu.name} cannot hold this model for serving "
         f"({(weights + per_user) / 1e9:.1f} GB of {prec.name} weights and one user's KV "
-        f"cache of {held_tokens} tokens{split}): use at least {at_least} GPUs (up to "
-        f"{node} per node, then whole nodes)"
+        f"cache of {held_tokens} tokens{why}): {counts.words()}{unpriced}"
     )
 
 

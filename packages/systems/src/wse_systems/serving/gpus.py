@@ -56,9 +56,10 @@ users' tokens go first, prompt chunks fill what is left, first come first served
   0.00005 at one user whose first token took 3.3% of the period).
 
 `GpuServing(shape, gpu, num_gpus=M, workload=w, precision=, fractions=)` is a `ServingSystem`
-over M GPUs in replicas of every layout that can hold the model (tp in 1, 2, 4, 8 within a
-node, as the heads allow, `gpu_step.tp_ok`; beyond a node tp = a node and pp <= layers
-whole nodes; within a node, R = floor(M / size) with the rest idle). At U users on R
+over M GPUs in replicas of every layout that can hold the model (every tp up to a node that
+the heads allow, `gpu_step.tp_ok`, past a node those that divide M; or whole nodes at tp = a
+node and pp <= layers: `wse_systems.serving.gpu_replicas`; within a node, R = floor(M / size)
+with the rest idle; none: a refusal of the M GPUs naming the counts that hold it). At U users on R
 replicas, U mod R replicas serve ceil(U / R) users and the rest floor(U / R), each priced
 alone and summed (`layout_point`; per-user speed and first token their means over the
 requests, the slowest replica's beside them), and it takes the layout that serves them the
@@ -97,6 +98,7 @@ from wse_systems.serving.gpu_step import (
     gpu_precision,
     layout_for,
     max_batch,
+    memory_error,
     replica_sizes,
     step,
     tp_ok,
@@ -137,20 +139,18 @@ class GpuServing:
         self.draft = None if speculation is None else speculation.draft
         self.units, self.name = num_gpus, gpu.name
         self.layouts: dict[GpuLayout, int] = {}  # layout -> users per replica it serves
-        error: GpuMemoryError | None = None
+        held = workload.held_tokens
         for r in replica_sizes(num_gpus, gpu, model):
             lay = layout_for(r, gpu)
             try:
-                held = workload.held_tokens
                 mem = max_batch(model, gpu, lay, held_tokens=held, draft=self.draft,
                                 precision=self.precision)  # fmt: skip
-            except GpuMemoryError as e:
-                error = error or e
+            except GpuMemoryError:
                 continue
             self.layouts[lay] = min(mem, lay.pp * self.budget_users)  # a budget a micro-batch
-        if not self.layouts:
-            assert error is not None
-            raise error
+        if not self.layouts:  # named as asked (hunt 78: as its first replica, "1 x H100")
+            raise memory_error(model, gpu, num_gpus, held_tokens=held, draft=self.draft,
+                               precision=self.precision)  # fmt: skip
         self.max_users = max(b * (num_gpus // lay.gpus) for lay, b in self.layouts.items())
 
     # ---- the policy's arithmetic ------------------------------------------------------
