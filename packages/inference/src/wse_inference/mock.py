@@ -17,7 +17,8 @@ the rest), so every generated token has logprob -ln 2 and its k alternatives are
 `step_delay_s` / `prefill_delay_s` make `generate` / `prefill` sleep, to emulate a slow model.
 With `spec_tokens=k` and `spec_accepted=j` it emulates speculative decoding: every step emits
 j + 1 tokens per slot (fewer at its finish) and counts k drafted and j accepted tokens in
-`metrics()`.
+`metrics()`; `reset_metrics()` starts those counts (steps, prefills, drafted and accepted
+tokens) from zero as the real engines' do, so the server's warm-up is not counted (hunt 78).
 
 The mock keeps a KV "cache" of one entry per token (prompt + generated) per occupied slot and
 counts it in `metrics()["kv_cache_tokens"]`; `release` frees it. It raises on a double insert
@@ -49,6 +50,9 @@ __all__ = [
     "expected_continuation",
     "expected_logprob",
 ]
+
+
+_COUNTS = ("steps", "prefills", "spec_draft_tokens", "spec_accepted_tokens")  # reset_metrics
 
 
 @dataclasses.dataclass
@@ -189,6 +193,14 @@ class MockEngine:
         if m["spec_draft_tokens"]:
             m["spec_acceptance_rate"] = m["spec_accepted_tokens"] / m["spec_draft_tokens"]
         return m
+
+    def reset_metrics(self) -> None:
+        """Start the counts of `metrics()` from zero (the server's warm-up calls it once its
+        requests are done); the KV cache and the slots in use are the state, kept."""
+        with self._lock:
+            for k in _COUNTS:
+                self._counters[k] = 0
+        self.release_steps.clear()
 
     def _advance(self, slot: int, seq: _Seq) -> SlotOutput:
         """One step of one slot: j + 1 tokens with speculation, cut at a finish (a stop or

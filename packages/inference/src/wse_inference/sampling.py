@@ -143,16 +143,20 @@ def sample(
     top_p: jax.Array | float,
     keys: jax.Array,
 ) -> jax.Array:
-    """Tokens int32 [...] drawn from logits [..., V], one key per row (keys [..., 2]); equal
-    to `draw(token_probs(...), key)` row by row. When every row is greedy the argmax is taken
-    directly (one `lax.cond`, so a greedy decode pays no sampling work)."""
+    """Tokens int32 [...] drawn from logits [..., V], one key per row: raw keys uint32
+    [..., 2] (`seed_key`'s) or typed keys [...] (`jax.random.key`'s; hunt 78: vmap refused
+    them); equal to `draw(token_probs(...), key)` row by row, the same tokens for a typed key
+    and its `key_data`. When every row is greedy the argmax is taken directly (one
+    `lax.cond`, so a greedy decode pays no sampling work)."""
     lead = logits.shape[:-1]
     temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), lead)
+    typed = jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)  # a typed key has no [2]
+    rows = keys.reshape(-1) if typed else keys.reshape(-1, keys.shape[-1])
 
     def drawn(logits):
         probs = token_probs(logits, temperature, top_k, top_p)
         flat = probs.reshape(-1, probs.shape[-1])
-        return jax.vmap(draw)(flat, keys.reshape(-1, keys.shape[-1])).reshape(lead)
+        return jax.vmap(draw)(flat, rows).reshape(lead)
 
     def greedy(logits):
         return jnp.argmax(logits.astype(jnp.float32), axis=-1).astype(jnp.int32)

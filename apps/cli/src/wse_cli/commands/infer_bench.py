@@ -29,6 +29,7 @@ killed mid-bench gave exit 0 and "saved b.json", a summary of nothing over a goo
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -43,17 +44,18 @@ from wse_cli.outputs import output_file
 # (hunt 71: --request-rate 5e-324 waited forever, inf s, for its second request)
 MAX_SEND_SPAN_S = 86_400
 # vLLM's --request-rate inf (its default): every request at once, as leaving it out
-_INF = ("inf", "+inf", "infinity", "+infinity")
 _FINITE_RATE = number(None, "--request-rate", gt=0, le=1e6, unit="requests/s")
 
 
 def _rate(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> float | None:
-    """--request-rate: inf (vLLM's spelling and default) is None, all at once; anything else
-    a finite rate, checked as `number` checks it (hunt 77: inf was refused as not finite)."""
-    if value is None or value.strip().lower() in _INF:
+    """--request-rate: +inf (vLLM's default), whatever its spelling, is None, all at once;
+    anything else a finite rate, checked as `number` checks it (hunt 77: inf was refused as
+    not finite). The parsed value decides, as vLLM's float(): hunt 78 refused 1e400, inf."""
+    rate = None if value is None else _FINITE_RATE.parser(value)
+    if rate is None or (isinstance(rate, float) and math.isinf(rate) and rate > 0):
         return None
     try:
-        return _FINITE_RATE.callback(ctx, param, _FINITE_RATE.parser(value))
+        return _FINITE_RATE.callback(ctx, param, rate)
     except UserInputError as e:
         said = str(e).replace(" must be ", " must be inf (all at once) or ", 1)
         raise UserInputError(said) from None

@@ -8,10 +8,12 @@ owns its own `CollectorRegistry` (several servers may live in one process, e.g. 
 (vllm/v1/metrics/loggers.py) and is observed as vLLM observes it (vllm/v1/metrics/stats.py):
 
 - histograms of seconds: `wse_time_to_first_token_seconds` (arrival to first token, queue
-  included), `wse_inter_token_latency_seconds` (one observation per token: the gap between
-  engine steps divided by the tokens that step produced), per finished request
-  `wse_request_time_per_output_token_seconds` (its decode time over its tokens after the
-  first; 0 for one token), `wse_e2e_request_latency_seconds` (arrival to end),
+  included), `wse_inter_token_latency_seconds` (one observation per request per engine step
+  that gave it tokens after its first: the whole gap since its previous tokens, however many
+  tokens the step holds, as vLLM v1's `IterationStats.update_from_output`; hunt 78: a
+  speculative step of k tokens was k observations of gap / k), per finished request
+  `wse_request_time_per_output_token_seconds` (vLLM's TPOT: its decode time over its tokens
+  after the first; 0 for one token), `wse_e2e_request_latency_seconds` (arrival to end),
   `wse_request_queue_time_seconds` (arrival to prefill), `wse_request_prefill_time_seconds`
   (prefill to first token), `wse_request_decode_time_seconds` (first token to last) and
   `wse_request_inference_time_seconds` (prefill to last token);
@@ -268,8 +270,9 @@ class ServeMetrics:
             self.ttft.observe(t.first_token_s - t.arrival_s)
 
     def on_tokens(self, handle: RequestHandle, n: int, gap_s: float) -> None:
-        for _ in range(n):
-            self.itl.observe(gap_s / n)
+        """A step's `n` tokens of a request after its first, `gap_s` after its previous ones:
+        one inter-token latency of the whole gap, whatever n (vLLM's)."""
+        self.itl.observe(gap_s)
 
     def on_iteration(self, tokens: int) -> None:
         """One engine iteration's prompt tokens prefilled plus tokens made."""
