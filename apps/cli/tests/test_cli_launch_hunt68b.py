@@ -27,35 +27,51 @@ def _child(code: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stderr=subprocess.PIPE)
 
 
+def _until(ready, what: str, timeout_s: float = 30.0) -> None:
+    """Wait for `ready()`, however loaded the machine (a fixed sleep raced the relay's thread
+    on CI's 2 loaded cores); fail naming `what` past `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
+        time.sleep(0.005)
+
+
 def test_a_killed_child_is_named_by_its_signal_and_the_peers_dying_words_are_dropped(
     tmp_path, capfd
 ):
-    marker = tmp_path / "dying"
-    # process 0 prints a traceback as soon as process 1 has died, as a JAX peer does
+    kept = tmp_path / "kept"
+    # process 0 prints a traceback once process 1 has died, as a JAX peer does: here once the
+    # relay has taken process 1's death (written below), before the launcher's next poll
     peer = _child(f"""
         import os, sys, time
         sys.stderr.write("before\\n"); sys.stderr.flush()
-        while not os.path.exists({str(marker)!r}):
+        while not os.path.exists({str(kept)!r}):
             time.sleep(0.001)
-        time.sleep(0.02)
         for n in range(50):
             sys.stderr.write(f"Traceback line {{n}}\\n"); sys.stderr.flush()
+        os.close(2)  # its reader sees the end of its lines (it lives on until stopped)
         time.sleep(30)
     """)
-    time.sleep(0.5)  # its "before" line is the run's, relayed
-    victim = _child(f"""
+    relay, err = _Relay(), []
+    relay.watch(0, peer)
+    _until(lambda: err.append(capfd.readouterr().err) or "before\n" in "".join(err), "'before'")
+    victim = _child("""
         import os, signal
-        open({str(marker)!r}, "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    procs, relay = [peer, victim], _Relay()
-    for i, p in enumerate(procs):
-        relay.watch(i, p)
+    relay.watch(1, victim)
+    procs = [peer, victim]
+    # the relay keeps process 1 alone as its reader thread sees it die, not at the launcher's
+    # poll (`_watch` is not running yet): the peer's next lines are noise
+    _until(lambda: relay.only == 1, "relay.only == 1 (process 1's death)")
+    kept.touch()
+    _until(lambda: peer.stderr.closed, "end of the peer's stderr")  # its 50 lines taken
     started = time.monotonic()
     with pytest.raises(typer.Exit) as e:
         _watch(procs, relay, 2)
     assert e.value.exit_code == 1 and time.monotonic() - started < 5
-    err = capfd.readouterr().err
+    assert peer.returncode is not None  # stopped by the launcher
+    err = "".join(err) + capfd.readouterr().err
     assert err.splitlines() == [
         "before",
         "Error: process 1 was killed by SIGKILL (signal 9; out of memory?); stopped the other 1",

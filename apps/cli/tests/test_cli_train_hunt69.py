@@ -10,7 +10,6 @@ unsaid."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +53,21 @@ def _files(d: Path) -> set[str]:
     return {str(p.relative_to(d)) for p in d.rglob("*")}
 
 
-def _hf_cache() -> set[str]:
-    root = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    return {str(p) for p in (root / "datasets").glob("*")}
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch) -> Path:
+    """A datasets cache of this test's own (under `tmp_path`, so `_files` sees it too), empty:
+    the shared $HF_HOME took other processes' Parquet loads' .lock files meanwhile (hunt 78).
+    `datasets` reads $HF_HOME as it is imported: imported first, its cache paths are set."""
+    import datasets
+
+    root = tmp_path / "hf" / "datasets"
+    root.mkdir(parents=True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", root)
+    for name, sub in (("DOWNLOADED_DATASETS_PATH", "downloads"),
+                      ("EXTRACTED_DATASETS_PATH", "downloads/extracted")):  # fmt: skip
+        monkeypatch.setattr(datasets.config, name, str(root / sub))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(root))  # for a process the command starts
+    return root
 
 
 def test_modelzoo_optimizers_validate_and_notes_are_said(tmp_path):
@@ -116,32 +127,32 @@ def test_an_empty_model_dir_is_refused_and_the_current_folder_left_alone(tmp_pat
     assert list(here.iterdir()) == []
 
 
-def test_a_folder_of_modelzoo_hdf5_is_refused_before_anything_is_read(tmp_path):
+def test_a_folder_of_modelzoo_hdf5_is_refused_before_anything_is_read(tmp_path, hf_cache):
     h5 = tmp_path / "h5"
     h5.mkdir()
     for i in range(3):
         (h5 / f"data-{i:05d}.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(4000))
     (h5 / "data_params.json").write_text(json.dumps({"processing": {"max_seq_length": 16}}))
     params = _small(tmp_path, h5)
-    before, cache = _files(tmp_path), _hf_cache()
+    before = _files(tmp_path)
     for how in (["--validate-only"], []):
         refused_in_one_line(
             ROOT, ["train", params, *how],
             f"Error: data_dir '{h5}' holds 3 HDF5 files (.h5: ModelZoo's preprocessed token "
             "ids), which this trainer does not read",
         )  # fmt: skip
-    assert _files(tmp_path) == before and _hf_cache() == cache
+    assert _files(tmp_path) == before and not any(hf_cache.iterdir())
 
 
-def test_a_wrong_text_key_is_refused_from_the_first_record_leaving_no_cache(tmp_path):
+def test_a_wrong_text_key_is_refused_from_the_first_record_leaving_no_cache(tmp_path, hf_cache):
     path = tmp_path / "big.jsonl"
     path.write_text((json.dumps({"text": "lorem ipsum dolor sit amet " * 40}) + "\n") * 50)
     params = _small(tmp_path, path)
-    before, cache = _files(tmp_path), _hf_cache()
+    before = _files(tmp_path)
     for how in (["--validate-only"], []):
         refused_in_one_line(
             ROOT, ["train", params, "train_input.text_key=content", *how],
             f"Error: data file '{path}' line 1 has no column 'content'; columns: text (set "
             "train_input.text_key)",
         )  # fmt: skip
-    assert _files(tmp_path) == before and _hf_cache() == cache
+    assert _files(tmp_path) == before and not any(hf_cache.iterdir())

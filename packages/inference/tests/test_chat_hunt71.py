@@ -228,10 +228,12 @@ def test_loops_within_the_limits_render_as_transformers(ours, theirs):
      "{% set s = 'ab\n' * 7000000 %}{{ s.splitlines()|length }}{{ s.split('b')|length }}"],
 )  # fmt: skip
 def test_a_filter_or_split_of_a_huge_value_is_refused_before_it_is_built(template):
-    t0 = time.perf_counter()  # 19.6 s and 2.4 GB, 48 s and 6.5 GB, 1.6 GB before
+    t0 = time.thread_time()  # 19.6 s and 2.4 GB, 48 s and 6.5 GB, 1.6 GB before
     with pytest.raises(InvalidRequestError, match="WSE_LIMIT_TEMPLATE"):
         render_bounded(template, messages=CHAT)
-    assert time.perf_counter() - t0 < 1.5  # under 1 s alone; the machine is shared
+    # this thread's CPU (0.1 s or less): what the refusal costs, not what a loaded machine's
+    # other processes take of its wall time (1.6-2.1 s beside 2 busy loops, hunt 78)
+    assert time.thread_time() - t0 < 1.0
     tracemalloc.start()
     try:
         with pytest.raises(InvalidRequestError):
