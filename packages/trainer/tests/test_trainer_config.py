@@ -103,7 +103,7 @@ def test_cpu_shards_must_split_each_replicas_batch(shards, needle):
         ),
         (0, "micro_batch_size must be positive, got 0"),
         ("most", "micro_batch_size='most' is not valid; choose one of: auto, explore, none"),
-        (True, "micro_batch_size must be int or str or NoneType, got True"),
+        (True, "micro_batch_size must be int or str or NoneType, got true"),
     ],
 )
 def test_micro_batch_size_must_divide_the_per_system_batch(value, needle):

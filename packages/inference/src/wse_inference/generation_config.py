@@ -26,6 +26,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from wse_core.errors import shown_value
+
 from wse_inference.model_files import ModelLoadError, json_file, present
 from wse_inference.run_export import say_once
 
@@ -64,7 +66,7 @@ def sampling_defaults(folder: Path) -> dict[str, Any]:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) or not _ok(ok, value):
-            raise ModelLoadError(f"{str(path)!r} has {key} {value!r:.40}; it must be {want}")
+            raise ModelLoadError(f"{str(path)!r} has {key} {shown_value(value)}; it must be {want}")
         out[field] = int(value) if field in ("top_k", "max_tokens") else float(value)
     _refuse_min_p(path, config.get("min_p"))
     if out.get("top_k") == -1:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from wse_core.errors import WseError, quoted_number, shown, suggest, yaml_problem
+from wse_core.errors import WseError, quoted_number, shown, shown_value, suggest, yaml_problem
 from wse_core.host.readers import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
 
@@ -184,7 +184,7 @@ def checked_value(where: str, value: Any, annotation: Any) -> Any:
 
 def _wrong_type(where: str, value: Any, options: Sequence[Any]) -> str:
     names = " or ".join(getattr(t, "__name__", str(t)) for t in options)
-    return f"{where} must be {names}, got {shown(repr(value), quote=False)}"
+    return f"{where} must be {names}, got {shown_value(value)}"
 
 
 def number_text(text: str) -> bool:
@@ -212,9 +212,7 @@ def _section(name: str, data: Any, written: Mapping[str, Written]) -> Any:
     cls = SECTIONS[name]
     data = {} if data is None else data
     if not isinstance(data, dict):
-        raise ConfigError(
-            f"section {name!r} must be a mapping of keys, got {shown(repr(data), quote=False)}"
-        )
+        raise ConfigError(f"section {name!r} must be a mapping of keys, got {shown_value(data)}")
     if cls is None:
         return types.MappingProxyType({"preset": "tiny-gpt2", **data})
     fields = {f.name for f in dataclasses.fields(cls)}

@@ -25,7 +25,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from wse_core.errors import not_utf8, shown, suggest
+from wse_core.errors import not_utf8, shown, shown_value, suggest
 from wse_core.host.limits import lift, limit
 from wse_systems.training.micro_batch import MODES
 
@@ -122,7 +122,7 @@ def check_types(config: TrainConfig) -> None:
             where, value = f"{name}.{field.name}", getattr(section, field.name)
             read = checked_value(where, value, (cls, field.name))
             if type(read) is int and type(value) is not int:  # as the reader says a wrong type
-                raise ConfigError(f"{where} must be int, got {shown(repr(value), quote=False)}")
+                raise ConfigError(f"{where} must be int, got {shown_value(value)}")
 
 
 def check_config(

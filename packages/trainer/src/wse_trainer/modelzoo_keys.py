@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from wse_core.errors import shown, suggest
+from wse_core.errors import shown_value, suggest
 
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit
 
@@ -137,7 +137,7 @@ def moved_problem(data: Mapping[str, Any], *, nulls: bool = False) -> str | None
         value, target = data[section][key], data.get(ours) or {}
         values = _values(value, keys, nulls)
         if values is None:
-            got = shown(repr(value), quote=False)
+            got = shown_value(value)
             return f"{section}.{key} must be a list [{', '.join(keys)}], got {got}"
         for name, v in zip(keys, values, strict=True):
             if name in target and not same(target[name], v) and not (nulls and v is None):
@@ -245,7 +245,7 @@ def _nonlinearity(value: Any, arch: str) -> tuple[str | None, str | None]:
     if not isinstance(value, str) or value.casefold() not in NONLINEARITIES:
         return (
             None,
-            f"model.nonlinearity {shown(repr(value), quote=False)} has no equivalent here; {use}",
+            f"model.nonlinearity {shown_value(value)} has no equivalent here; {use}",
         )
     ours, its_gated = NONLINEARITIES[value.casefold()]
     if its_gated != gated:
@@ -302,4 +302,4 @@ def _yaml(value: Any) -> str:
     """A value as a params file gives it (`null`, `true`, `0.0`, 'learned'), bounded."""
     if isinstance(value, bool) or value is None:
         return {True: "true", False: "false", None: "null"}[value]
-    return shown(repr(value), quote=False)
+    return shown_value(value)

@@ -386,7 +386,8 @@ def _open_log(s: Session, start: int, echo: Callable[[str], None] | None) -> Any
 
 def _save_params(s: Session) -> None:
     """The resolved params as ModelZoo keeps them, `<mode>/params_<mode>.yaml`: an eval
-    writes eval/, never the train's file."""
+    writes eval/, never the train's file; written whole, never through a link (hunt 78)."""
+    from wse_trainer.run_entries import write_entry
+
     mode = "eval" if s.config.runconfig.mode == "eval" else "train"
-    (s.dir / mode).mkdir(exist_ok=True)
-    (s.dir / mode / f"params_{mode}.yaml").write_text(yaml.safe_dump(s.settings()))
+    write_entry(s.dir / mode / f"params_{mode}.yaml", yaml.safe_dump(s.settings()))

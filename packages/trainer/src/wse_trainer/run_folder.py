@@ -4,7 +4,9 @@ Contract. `check_model_dir(path)` (cheap: no JAX, no orbax) refuses a model_dir 
 and holds files, none of them a run's (`RUN_ENTRIES`: checkpoints/, tokenizer.json,
 metrics.jsonl...): a run would write its checkpoints, logs and HF export among someone's
 files (hunt 57: `-o ~/data` trained into it), or a run's entry of the wrong kind (a folder
-run.log, a file hf, a FIFO tokenizer.json). A new, empty or run folder passes.
+run.log, a file hf, a FIFO tokenizer.json; in train/ and eval/, a params or event file that
+is no regular file or is a symlink: `wse_trainer.run_entries`). A new, empty or run folder
+passes.
 `make_model_dir(path)` makes it (with its parents), checks it is writable and locks it for
 the run (`wse_trainer.run_lock`: a second run there is refused naming the first's pid).
 `checkpoint_steps(path)` lists the step folders a `--checkpoint-path` names (cheap, as
@@ -35,10 +37,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from wse_core.host.readers import not_regular
-
 from wse_trainer.config import ConfigError, TrainConfig
 from wse_trainer.resume_checks import check_export, check_tokenizer, resolved
+from wse_trainer.run_entries import check_entry, check_inner
 from wse_trainer.run_lock import LOCK_NAME, ModelDirInUse, held, hold, release
 
 __all__ = ["RUN_ENTRIES", "RESUMABLE", "check_model_dir", "make_model_dir", "undone_on_error",
@@ -50,8 +51,6 @@ RUN_ENTRIES = frozenset(
     {"checkpoints", "checkpoints_aside", "tokenizer.json", "metrics.jsonl", "run.log", "train",
      "eval", "hf", ".wse-demo", LOCK_NAME}
 )  # fmt: skip
-# The entries a run makes as folders; the others it writes (or reads) as regular files
-_FOLDERS = frozenset({"checkpoints", "checkpoints_aside", "train", "eval", "hf"})
 _IGNORED = frozenset({".DS_Store"})  # a file browser's, in any folder
 
 
@@ -73,32 +72,8 @@ def check_model_dir(path: Path) -> None:
             "empty folder"
         )
     for name in sorted(RUN_ENTRIES.intersection(names)):
-        _check_entry(path / name)
-
-
-def _check_entry(entry: Path) -> None:
-    """ConfigError for a run folder's entry of the wrong kind (hunt 62: a folder run.log or
-    metrics.jsonl, a file train/, hf or checkpoints, was a traceback after the tokenizer,
-    or after the whole run; a FIFO tokenizer.json hung the run, one linked to /dev/zero
-    read until memory ran out)."""
-    folder = entry.name in _FOLDERS
-    if folder:
-        why = None if entry.is_dir() else _kind(entry, "a folder")
-    else:
-        why = not_regular(entry)
-    if why is not None:
-        raise ConfigError(
-            f"{str(entry)!r} {why}: a run writes its {entry.name} {'folder' if folder else 'file'} "
-            "there; move it away, or give a new model_dir (-o)"
-        )
-
-
-def _kind(entry: Path, want: str) -> str:
-    """not_regular's words for an entry that must be `want` ("a folder")."""
-    if entry.is_file():
-        return f"is a file, not {want}"
-    words = not_regular(entry) or "is a special file, not a regular file"
-    return words.replace("not a regular file", f"not {want}")
+        check_entry(path / name)
+    check_inner(path)  # hunt 78: params and event files a resume writes through or reads
 
 
 def make_model_dir(path: Path) -> Path:

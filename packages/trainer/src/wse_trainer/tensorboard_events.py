@@ -36,6 +36,11 @@ is. TensorBoard's readers stop at a damaged record, so the rewrite shows them th
 default Rust data server (`--load_fast=auto`) never applies it, and a file written before the
 marker existed (or by a `mode: eval` run) was never purged, so a resume's steps showed twice.
 Every reader now sees metrics.jsonl's one run; the marker is still written (PyTorch's).
+Hunt 78 too: an entry named as an event file that is a FIFO (the resume hung), a folder or a
+link (a traceback) is a one-line ConfigError (`wse_trainer.run_entries` refuses it before the
+run starts); a file over the `file_bytes` limit is left as it is, with a note, never read
+into memory: refusing it would stop the resume, while left whole it keeps every byte, and its
+steps past the checkpoint are hidden by the purge marker from TensorBoard's Python loaders.
 """
 
 from __future__ import annotations
@@ -43,15 +48,18 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import stat
 import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from wse_trainer.run_entries import EVENTS_PREFIX, special
 
 __all__ = ["EventFile", "event_files", "trim_events"]
 
-PREFIX = "events.out.tfevents"
+PREFIX = EVENTS_PREFIX
 VERSION = "brain.Event:2"  # the file version record every event file opens with
 TRIM_PREFIX = ".wse-trim."  # a rewrite's temporary file: `TRIM_PREFIX<pid>.<name's tail>`
 _serial = itertools.count()  # files opened by this process, for a unique name
@@ -72,7 +80,10 @@ def trim_events(folder: Path, last_step: int) -> list[str]:
     _sweep_killed_trims(folder)
     pb, notes = _protos(), []
     for path in event_files(folder):
-        data = path.read_bytes()
+        data = _read_bounded(path)
+        if data is None:
+            notes.append(_unbounded_note(path))
+            continue
         spans, unread = _record_spans(data, pb.masked_crc32c)
         if not spans:  # nothing to judge steps by: as it is (an empty file too)
             if data:
@@ -86,6 +97,44 @@ def trim_events(folder: Path, last_step: int) -> list[str]:
             _replace(path, b"".join(kept))
             notes += [_unread_note(path, a, b, len(data)) for a, b in unread]
     return notes
+
+
+def _read_bounded(path: Path) -> bytes | None:
+    """An event file's bytes, or None when it is over the `file_bytes` limit (left as it is,
+    its steps too: the purge marker still hides them from TensorBoard's Python loaders). A
+    link or anything but a regular file is a ConfigError: opened without following a link
+    and without waiting for a FIFO's writer, checked by fstat (hunt 78: a FIFO hung the
+    resume, a folder or a dangling link was a traceback)."""
+    from wse_core.host.limits import limit
+
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        _refuse(path, special(path) or f"cannot be read ({e.strerror})")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # before fdopen: a folder's is an IsADirectoryError
+        os.close(fd)
+        _refuse(path, special(path) or "is a special file, not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        size, cap = st.st_size, limit("file_bytes")
+        data = b"" if size > cap else f.read(size + 1)  # a byte more: one growing meanwhile
+    return None if size > cap or len(data) > cap else data
+
+
+def _refuse(path: Path, why: str) -> NoReturn:
+    from wse_trainer.config import ConfigError
+
+    raise ConfigError(f"{str(path)!r} {why}; move it away, or give a new model_dir (-o)")
+
+
+def _unbounded_note(path: Path) -> str:
+    from wse_core.host.limits import lift, limit
+
+    return (
+        f"note: {path} is over {limit('file_bytes'):,} bytes, the most a resume rewrites; left "
+        f"as it is, with its steps past the checkpoint ({lift('file_bytes')})"
+    )
 
 
 def _unread_note(path: Path, start: int, end: int, size: int) -> str:

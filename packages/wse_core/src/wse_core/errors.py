@@ -7,7 +7,9 @@ be right (the PE or region, the bytes asked and the bytes free, the nearest vali
 
 from __future__ import annotations
 
+import datetime
 import difflib
+import json
 import math
 import numbers
 import struct
@@ -27,6 +29,7 @@ __all__ = [
     "shown",
     "shown_int",
     "shown_setting",
+    "shown_value",
     "is_int",
     "is_finite",
     "require_int",
@@ -121,6 +124,35 @@ def shown_setting(value: object) -> str:
     if is_int(value):
         return shown_int(value)  # type: ignore[arg-type]
     return shown(value, quote=isinstance(value, str))
+
+
+def shown_value(value: object) -> str:
+    """A value read from a YAML or JSON file as the file spells it, for a refusal ("must be
+    int, got ..."): true, false and null as YAML and JSON write them (not Python's True,
+    None), a date or time in ISO 8601 (YAML's timestamp, 2020-01-01), YAML's `!!binary` as
+    "binary data (N bytes)", a list or mapping in JSON's spelling, text quoted, an integer as
+    `shown_int`; shortened as `shown` does (hunt 78: `got datetime.date(2020, 1, 1)`,
+    `got b'hello'`, `got True`)."""
+    if is_int(value):
+        return shown_int(value)  # type: ignore[arg-type]
+    if isinstance(value, str | float):
+        return shown(value, quote=isinstance(value, str))
+    if not isinstance(value, list | tuple | dict | bool | None):
+        return shown(_spelled(value), quote=False)
+    try:
+        text = json.dumps(value, default=_spelled, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):  # keys JSON has no spelling of (a date)
+        text = repr(value)
+    return shown(text, quote=False)
+
+
+def _spelled(value: object) -> str:
+    """A value JSON has no spelling of, in the words `shown_value` gives it."""
+    if isinstance(value, bytes | bytearray):
+        return f"binary data ({len(value):,} byte{'' if len(value) == 1 else 's'})"
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return repr(value)
 
 
 def require_int(
