@@ -278,9 +278,15 @@ def die_with_launcher() -> None:
     workers get one (hunt 71: after a `kill -9` of the launcher, by the OOM killer or a
     batch system, its children ran on for ever under PID 1). Linux's parent-death signal,
     set here rather than in the launcher's `preexec_fn` (unsafe beside its relay threads);
-    a launcher already gone by now is seen by the parent's pid."""
+    a launcher already gone by now is seen by the parent's pid. Honoured only beside the
+    run's variables the launcher sets with it (WSE_NUM_PROCESSES, WSE_PROCESS_ID,
+    WSE_COORDINATOR), otherwise dropped (hunt 78:
+    `WSE_LAUNCHER_PID=1 wse wafer info` stopped itself with a SIGTERM, exit 143)."""
     launcher = os.environ.pop("WSE_LAUNCHER_PID", "")
-    if not launcher.isdigit() or not sys.platform.startswith("linux"):
+    launched = all(
+        os.environ.get(f"WSE_{v}") for v in ("NUM_PROCESSES", "PROCESS_ID", "COORDINATOR")
+    )
+    if not launched or not launcher.isdigit() or not sys.platform.startswith("linux"):
         return
     import ctypes
     import signal

@@ -6,13 +6,22 @@ or XLA's 94-line flag list when its backend starts (hunt 65). `runtime.configure
 `check()` before JAX is imported.
 
 Contract. `check(environ)` raises a WseError for the first bad one of:
-- the JAX options of `JAX_OPTIONS`, the ones users set (each read as JAX reads it at import:
-  a truth value, an integer, a number, one of a list; a test holds the table to JAX's own);
+- the JAX options of `JAX_OPTIONS`, the ones users set most (each read as JAX reads it at
+  import, without JAX: a truth value, an integer, a number, one of a list; a test holds the
+  table to JAX's own);
+- every other JAX_* variable JAX reads at import, read by JAX itself (hunt 78: a hand table
+  falls behind JAX; `JAX_DEFAULT_MATMUL_PRECISION=bogus` was a 70-line traceback): where one
+  is set, `import jax` happens here, and the ValueError JAX raises for it becomes one line
+  naming the variable and, from JAX's own definition of the option, what it may be. Only in
+  this process's environment before JAX is imported (after, JAX has read them); a run that
+  sets none costs nothing;
 - `JAX_PLATFORMS` naming a GPU (gpu, cuda, rocm) where no JAX GPU plugin is installed (JAX
-  then named the backend it tried last: 'rocm' for `gpu`, on a machine without ROCm);
+  then named the backend it tried last: 'rocm' for `gpu`, on a machine without ROCm), and
+  JAX's older `JAX_PLATFORM_NAME` naming a platform this machine has no backend for (it
+  failed at the backend's start, after the import);
 - XLA_FLAGS' `--xla_force_host_platform_device_count`, the one XLA flag the stack reads
-  (`xla_device_count`: a positive integer; `runtime` bounds it). XLA checks its other flags
-  itself.
+  (`xla_device_count`: a positive integer; `runtime` bounds it), and XLA_FLAGS' other
+  words and flags (`xla_flags.check`: asked of XLA where there are any).
 `xla_device_count(environ)` is that flag's count (its last occurrence, as XLA takes it), None
 where it is not given.
 """
@@ -20,9 +29,11 @@ where it is not given.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from wse_core.errors import WseError, shown
+from wse_core.host import xla_flags
 
 __all__ = ["JAX_OPTIONS", "TRUTH_VALUES", "XLA_DEVICE_FLAG", "check", "xla_device_count"]
 
@@ -68,7 +79,10 @@ def check(environ: Mapping[str, str] = os.environ) -> None:
         if name in environ and (wanted := _unreadable(environ[name], kind)):
             raise WseError(f"{name} must be {wanted}, or unset; got {shown(environ[name])}")
     _check_platforms(environ.get("JAX_PLATFORMS", ""))
+    _check_platform_name(environ.get("JAX_PLATFORM_NAME", ""))
+    xla_flags.check(environ)
     xla_device_count(environ)
+    _check_jax_reads(environ)
 
 
 def _unreadable(value: str, kind: type | tuple[str, ...]) -> str | None:
@@ -95,6 +109,30 @@ def _check_platforms(value: str) -> None:
                 f"JAX_PLATFORMS=cpu or unset it (it asks for a GPU{which}, and no JAX GPU "
                 "plugin is installed here: pip install 'jax[cuda12]')"
             )
+
+
+def _check_platform_name(value: str) -> None:
+    """JAX_PLATFORM_NAME (JAX lowercases it): cpu, a GPU with its plugin, a TPU with libtpu,
+    or another installed plugin's platform; JAX refused anything else at the backend's start
+    ("Backend 'tpu' failed to initialize ...", a traceback)."""
+    import importlib.util
+
+    name = value.lower()
+    if name in ("", "cpu"):
+        return
+    plugins = _plugins()
+    if name in _GPUS:
+        ok = any(k in p for p in plugins for k in _GPUS[name])
+    elif name == "tpu":
+        ok = importlib.util.find_spec("libtpu") is not None
+    else:
+        ok = any(name in p.split() or p.startswith(f"{name} ") for p in plugins)
+    if not ok:
+        raise WseError(
+            f"JAX cannot start JAX_PLATFORM_NAME={shown(value)} on this machine (no backend "
+            "for it here); set JAX_PLATFORM_NAME=cpu or unset it (JAX's older spelling of "
+            "JAX_PLATFORMS)"
+        )
 
 
 def _plugins() -> list[str]:
@@ -133,3 +171,59 @@ def xla_device_count(environ: Mapping[str, str] = os.environ) -> int | None:
             f"devices (or give --devices / WSE_DEVICES instead); got {shown(raw)}"
         )
     return int(raw)
+
+
+# set by `runtime.configure` itself (JAX_NUM_CPU_DEVICES overwritten, the cache folder any
+# path), or checked above without JAX
+_OWN = frozenset({"JAX_NUM_CPU_DEVICES", "JAX_COMPILATION_CACHE_DIR", "JAX_PLATFORMS"})
+
+
+def _check_jax_reads(environ: Mapping[str, str]) -> None:
+    """`import jax` where a JAX_* variable outside `JAX_OPTIONS` is set, its ValueError one
+    line (module doc). A no-op where none is, where JAX is imported already, or for another
+    mapping than this process's environment."""
+    theirs = [k for k in environ if k.startswith("JAX_") and k not in JAX_OPTIONS and k not in _OWN]
+    if not theirs or "jax" in sys.modules or environ is not os.environ:
+        return
+    try:
+        import jax  # noqa: F401  (JAX reads its variables as it is imported)
+    except ValueError as e:
+        raise WseError(_refused(e, environ, sorted(theirs))) from None
+
+
+# JAX's readers of one variable (jax._src.config), by what each takes
+_READERS = {
+    "bool_env": "a truth value (1/0, true/false, yes/no, on/off)",
+    "bool_state": "a truth value (1/0, true/false, yes/no, on/off)",
+    "int_env": "an integer",
+    "int_state": "an integer",
+    "float_state": "a number",
+}
+
+
+def _refused(e: ValueError, environ: Mapping[str, str], theirs: list[str]) -> str:
+    """The line for JAX's ValueError `e`: the variable and what it may be, read from the
+    frame of JAX's reader that raised it (its `name`/`varname`, its `enum_values`)."""
+    name, wanted = None, None
+    tb = e.__traceback__
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+        if not frame.f_code.co_filename.endswith(os.path.join("_src", "config.py")):
+            continue
+        local = frame.f_locals
+        var = local.get("varname") or local.get("name")
+        if isinstance(var, str) and var.upper() in environ:
+            name, reader = var.upper(), frame.f_code.co_name
+            wanted = _READERS.get(reader)
+            values = local.get("enum_values") or [m.value for m in local.get("enum_class", ())]
+            if values:
+                wanted = f"one of {', '.join(map(str, values))}"
+    said = " ".join(str(e).split())
+    if name is None:
+        return (
+            f"JAX cannot start with the JAX variables set ({', '.join(theirs)}): {said}; fix "
+            "or unset them"
+        )
+    if wanted is None:
+        return f"{name} is refused by JAX ({said}); fix it or unset it"
+    return f"{name} must be {wanted}, or unset; got {shown(environ[name])}"
