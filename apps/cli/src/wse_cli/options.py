@@ -94,6 +94,19 @@ class _NotANumber:
         self.past_64_bits = past_64_bits  # a whole number too wide for an integer option
 
 
+class _NonFinite(float):
+    """A float option's value that parses to inf or NaN ("1e309", "-nan"), with its `text` as
+    given: the callback refuses it showing that text, never Python's "inf" (hunt 78); a
+    command that takes +inf (`--request-rate`) still reads it as a float."""
+
+    text: str
+
+    def __new__(cls, x: float, text: str) -> _NonFinite:
+        self = super().__new__(cls, x)
+        self.text = text
+        return self
+
+
 def _parse(kind: type) -> Any:
     def parse(value: Any) -> Any:
         if value is None or isinstance(value, _NotANumber):
@@ -111,6 +124,8 @@ def _parse(kind: type) -> Any:
                 x = float(text)  # "inf", "nan" and "1e999" parse; the callback refuses them
             except ValueError:
                 return _NotANumber(str(value))  # as given: ' ' is shown as ' ', not ''
+            if not math.isfinite(x):  # refused as given (hunt 78: 1e309 came back as "inf")
+                return _NonFinite(x, str(value))
             # -0 is 0, as numpy and argparse users read it (hunt 67: `-0` passed `ge=0` and
             # came back as "$-0" and "rate -0" in reports, -0.0 in their JSON)
             return 0.0 if x == 0 else x
@@ -234,7 +249,7 @@ def number(
                 # naming the limit and its variable (hunt 67: 1e12 named [0, 2147483647])
                 _check_limit(limit, x, ctx, param)
             if x is not None and not _fits(x, gt, ge, lt, le):
-                got = x.text if isinstance(x, _NotANumber) else x
+                got = x.text if isinstance(x, _NotANumber | _NonFinite) else x
                 if isinstance(got, str):  # hunt 59: a 6,000-character value came back whole
                     from wse_core.errors import shown
 

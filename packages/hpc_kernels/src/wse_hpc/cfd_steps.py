@@ -6,10 +6,12 @@ bad step file before JAX is imported (hunt 60: 1.5 s to say "step -5").
 shape)` its arrays, or `StepFileError` naming what is wrong: not an .npz archive (or not a
 regular file), an array missing (T may be, in a cavity's step: it solves none), a field not
 of `shape`, not finite or past FIELD_MAX, `step` not one integer >= 0 or not the step the
-file's name says, `time` not one finite number >= 0; given the run's case and domain, a
-step written by another. Nothing is
-unpickled. `step_case(data)` is the case a step's arrays say they were written by (the
-restart reads a rayleigh-benard step's T as the full temperature by it).
+file's name says, `time` not one finite number >= 0, `lengths` (the domain's sides) not
+finite numbers > 0 (hunt 78: [0, -1, 1] was "restart with the --aspect it was written
+with"), and, given the run's domain, sides outside --aspect's range; given the run's case and
+domain, a step written by another. Values are shown as numbers (`shown_value`), never as
+array(...). Nothing is unpickled. `step_case(data)` is the case a step's arrays say they
+were written by (the restart reads a rayleigh-benard step's T as the full temperature by it).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import re
 from pathlib import Path
 
 import numpy as np
-from wse_core.errors import WseError
+from wse_core.errors import WseError, shown_setting
 
-__all__ = ["StepFileError", "latest_output", "read_step", "step_case", "step_of"]
+__all__ = ["StepFileError", "latest_output", "read_step", "shown_value", "step_case", "step_of"]
 
 _STEP_FILE = re.compile(r"step_(\d+)\.npz$")
 # The run is fp32: a field value past this has a square past fp32's range, so the kinetic
@@ -87,7 +89,9 @@ def read_step(
         _check_field(path, k, data.get(k), tuple(shape))
     step, t = data["step"], data["time"]  # hunt 60: a step of -5 or a time of inf ran on
     if step.shape != () or step.dtype.kind not in "iu" or not 0 <= step < 2**62:
-        raise StepFileError(f"--restart: {path}'s step must be one integer >= 0, got {step!r:.60}")
+        raise StepFileError(
+            f"--restart: {path}'s step must be one integer >= 0, got {shown_value(step)}"
+        )
     named = _STEP_FILE.search(path.name)
     if named and int(named.group(1)) != int(step):  # hunt 64: --restart redid one step forever
         raise StepFileError(
@@ -96,16 +100,47 @@ def read_step(
         )
     if t.shape != () or t.dtype.kind not in "iuf" or not 0 <= t < np.inf:
         raise StepFileError(
-            f"--restart: {path}'s time must be one finite number >= 0, got {t!r:.60}"
+            f"--restart: {path}'s time must be one finite number >= 0, got {shown_value(t)}"
         )
     if case is not None and (written := step_case(data)) not in (None, case):
         raise StepFileError(
             f"--restart: {path} is a step of case {written!r}; this run's case is {case!r} "
             f"(restart with --case {written}, or give a new --out)"
         )
-    if lengths is not None and "lengths" in data:
-        _same_lengths(path, data["lengths"], lengths)
+    if "lengths" in data:
+        _check_lengths(path, data["lengths"], ranged=lengths is not None)
+        if lengths is not None:
+            _same_lengths(path, data["lengths"], lengths)
     return data
+
+
+def shown_value(a: np.ndarray) -> str:
+    """A step file's array as a refusal shows it: one number or string as written (nan,
+    -1e+300, 'rk9'), a larger array by its first values, dtype and shape."""
+    a = np.asarray(a)
+    if a.shape == ():
+        return shown_setting(a.item())
+    head = ", ".join(shown_setting(x) for x in a.ravel()[:4].tolist())
+    return f"[{head}{', ...' if a.size > 4 else ''}] ({a.dtype} {a.shape})"
+
+
+def _check_lengths(path: Path, a: np.ndarray, *, ranged: bool) -> None:
+    """StepFileError unless the domain's sides are finite numbers > 0 (NumPy alone, before
+    JAX) and, `ranged` (the caller has imported `wse_hpc.fields`, hence JAX), each within
+    --aspect's range: every run's sides are its aspect or 1."""
+    low, high = 0.0, np.inf
+    if ranged:
+        from wse_hpc.fields.run_config import RANGES
+
+        low, high = RANGES["aspect"]
+    real = a.dtype.kind in "iuf" and a.ndim == 1 and a.size > 0
+    if real and np.isfinite(a).all() and (a > 0).all() and low <= a.min() and a.max() <= high:
+        return
+    allowed = f"in [{low:g}, {high:g}] (--aspect's range; the height is 1)" if ranged else "> 0"
+    raise StepFileError(
+        f"--restart: {path} is a damaged step file: its lengths (the domain's sides) must be "
+        f"finite numbers {allowed}, got {shown_value(a)}"
+    )
 
 
 def _check_field(path: Path, k: str, a: np.ndarray | None, shape: tuple[int, ...]) -> None:

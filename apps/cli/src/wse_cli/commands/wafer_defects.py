@@ -5,7 +5,9 @@ A map is drawn (`--seed`, `--defect-rate`) or loaded (`--load FILE`: a measured 
 written with `--save FILE` (hunt 76: maps could only be drawn). The file is the one format of
 `wse_core.hw.defect_files`: an `.npz` whose `dead` is a 2-D bool array of the physical grid
 (`np.savez(FILE, dead=mask)` makes one), with the optional `seed`, `rate` and `wafer` that
-`--save` adds. The map's measured dead fraction is shown beside its rate (a file's stated
+`--save` adds; a loaded file's `wafer`, the spec it was written for, is shown ("written for
+wafer 'wse2'", `--json`'s `map_wafer`; hunt 78: it was documented as shown and never was),
+never checked. The map's measured dead fraction is shown beside its rate (a file's stated
 rate may be far from it: a rate is a probability, refused only where it cannot draw the
 map). A bad file is refused in one line (exit code 2) before anything is written; `--save`
 writes aside and renames, so a failed write leaves an existing file as it was.
@@ -84,6 +86,7 @@ def defects(
 
         save_defect_map(save, dm, s.name)
     out = _listing(s, dm, load, save)
+    out["map_wafer"] = _written_for(load) if load else None
     try:
         rm = remap(s, dm)
     except DefectError as e:
@@ -111,6 +114,10 @@ def defects(
     where = f"rate {dm.rate:g}, seed {seed}"
     if load:  # the measured fraction beside a stated rate (hunt 77: rate 1.0 over 167 dead)
         where = f"map {load}" + ("" if dm.rate == _fraction(dm) else f", rate {dm.rate:g}")
+        if out["map_wafer"]:
+            from wse_core.errors import shown
+
+            where += f", written for wafer {shown(out['map_wafer'])}"
     typer.echo(
         f"{s.name}: {dm.num_dead} dead of {dm.dead.size:,} physical PEs, "
         f"a dead fraction of {_fraction(dm):.3g} ({where}); "
@@ -168,6 +175,16 @@ def _listing(s, dm, load: Path | None, save: Path | None) -> dict:
     if save:
         out["saved"] = str(save)
     return out
+
+
+def _written_for(load: Path) -> str | None:
+    """The `wafer` a loaded map file names (None: it names none, or an empty one): informational,
+    read once `load_defect_map` has checked it is one short text."""
+    from wse_core.host.readers import open_npz
+
+    with open_npz(load, f"defect map {load}") as z:
+        name = str(z["wafer"]) if "wafer" in z.files else ""
+    return name or None
 
 
 def _fraction(dm) -> float:

@@ -14,6 +14,10 @@ new --ra, --pr or --time-scheme, and the step files recorded none of them), as
 where this run's comes from the default: an explicit `--dt` is a deliberate change (what
 the run's CFL and blow-up refusals ask for) and the report's `restarted_from_dt` keeps the
 step file's. A step file written before hunt 75 holds none of them: accepted, unchecked.
+A value no run could have been given (outside the CLI's range, `RANGES` and `DT_MIN`, or an
+unknown time scheme) marks a damaged step file, refused as one naming the setting and its
+range (hunt 78: a dt of 0 or nan, an ra of nan asked for "--dt 0" or "--ra nan", which the
+CLI refuses).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from wse_hpc.cfd_steps import shown_value
 from wse_hpc.fields.grid import FieldError
+from wse_hpc.fields.run_config import DT_MIN, RANGES, TIME_SCHEMES
 
 __all__ = ["CHECKED", "check_restart", "physics", "recorded_dt", "stored"]
 
@@ -55,15 +61,29 @@ def stored(now: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def _value(path: Path, data: dict[str, np.ndarray], key: str) -> float | str | None:
     """The step file's `key` (None where it holds none), or FieldError for one not a single
-    number (a string for time_scheme)."""
+    number (a string for time_scheme) a run could have been given (the CLI's range)."""
     if key not in data:
         return None
     a = np.asarray(data[key])
     text = key == "time_scheme"
     if a.shape != () or a.dtype.kind not in ("U" if text else "iuf"):
         kind = "one string" if text else "one number"
-        raise FieldError(f"--restart: {path}'s {key} must be {kind}, got {a!r:.60}")
-    return str(a) if text else float(a)
+        raise FieldError(f"--restart: {path}'s {key} must be {kind}, got {shown_value(a)}")
+    value = str(a) if text else float(a)
+    if text:
+        ok, allowed = value in TIME_SCHEMES, f"one of {', '.join(TIME_SCHEMES)}"
+    elif key == "dt":
+        ok, allowed = math.isfinite(value) and value >= DT_MIN, f"a finite number >= {DT_MIN:g}"
+    else:
+        low, high = RANGES[key]
+        ok, allowed = low <= value <= high, f"a finite number in [{low:g}, {high:g}]"
+    if not ok:
+        option = "--dt" if key == "dt" else CHECKED[key]
+        raise FieldError(
+            f"--restart: {path} is a damaged step file: its {key} must be {allowed} (as "
+            f"{option}), got {shown_value(a)}"
+        )
+    return value
 
 
 def _same(old: float | str, new: float | str) -> bool:

@@ -8,7 +8,10 @@ The load-test client (`demo.load_test`) trusts none of it (hunts 58b, 68, 69):
 - `first_model(status, body)`: the first model id of GET /v1/models (`ServerReplyError`,
   carrying the HTTP status where it was not 200, when there is none);
 - `parse_chunk(data, chat=False)`: one `data:` payload as a `Chunk` (ValueError saying what
-  is wrong); `chat`: a chat stream's, whose text is its choices' `delta.content`;
+  is wrong, each in one form: "a chunk that is not JSON (Expecting value at character 0):
+  'not json at all'", "a chunk that is not UTF-8 (byte 0xff at character 0): ..."; hunt 78:
+  it was json's bare "Expecting value: line 1 column 1 (char 0)"); `chat`: a chat stream's,
+  whose text is its choices' `delta.content`;
 - `reason(detail)`: the message of an error reply.
 
 JSON nested deeper than Python's reader goes (a 4 KB `[[[[...` is enough) is a RecursionError
@@ -22,6 +25,7 @@ from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 import httpx
+from wse_core.errors import not_utf8
 
 __all__ = [
     "MAX_MODELS_BYTES",
@@ -95,7 +99,8 @@ async def read_head(parts: AsyncIterator[bytes], limit: int) -> bytes:
 
 
 async def sse_data(parts: AsyncIterator[bytes], limit: int) -> AsyncIterator[list[str]]:
-    """The `data:` payloads of an SSE body (UTF-8, a bad byte as U+FFFD), those completed by
+    """The `data:` payloads of an SSE body (UTF-8, a bad byte kept as a lone surrogate,
+    surrogateescape's, for `parse_chunk` to refuse as vLLM's client does), those completed by
     each read together (they arrived at once); `LineTooLong` for a line of more than `limit`
     bytes. Each read is scanned in C (`splitlines`), never what came before it: a server
     sending a byte at a time costs no more than one sending it all. A CRLF cut
@@ -120,7 +125,7 @@ async def sse_data(parts: AsyncIterator[bytes], limit: int) -> AsyncIterator[lis
 def _payload(line: bytes) -> str:
     """A `data:` line's payload: after "data:" and its optional space (SSE's rule)."""
     data = line[5:].rstrip(b"\r\n")
-    return (data[1:] if data.startswith(b" ") else data).decode("utf-8", errors="replace")
+    return (data[1:] if data.startswith(b" ") else data).decode("utf-8", "surrogateescape")
 
 
 def _check_line(size: int, limit: int) -> None:
@@ -182,7 +187,14 @@ def parse_chunk(data: str, *, chat: bool = False) -> Chunk:
             )
         return int(digits)
 
-    chunk = _loads(data, parse_int=integer)
+    if (where := not_utf8(data)) is not None:  # vLLM's client decodes a chunk strictly
+        shown = data.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise ValueError(f"a chunk that is not UTF-8 ({where}): {shown[:80]!r}")
+    try:
+        chunk = _loads(data, parse_int=integer)
+    except json.JSONDecodeError as e:  # the others are this module's own lines
+        where = f"{e.msg} at character {e.pos:,}"  # the line shows only its first 80
+        raise ValueError(f"a chunk that is not JSON ({where}): {data[:80]!r}") from None
     if not isinstance(chunk, dict):
         raise ValueError(f"a chunk that is not a JSON object: {data[:80]!r}")
     if "error" in chunk:

@@ -4,7 +4,8 @@ parsing uses them): `invalid` (an `InvalidRequestError` naming its field); `numb
 that JSON type or its default); `max_tokens` (or max_completion_tokens) and
 `stream_options`; and the fields this server does not honour: `refuse_unsupported` (n past
 `MAX_N`, best_of, logit_bias, suffix, tools, response_format, min_p, vLLM's extras in
-`NOT_HONOURED` unless absent, null or neutral, `user`), `refuse_tools` and
+`NOT_HONOURED` unless absent, null or neutral, `user`, vLLM's `request_id` not a string and
+`priority` other than 0), `refuse_tools` and
 `refuse_not_honoured` (the parts /tokenize shares) and `refuse_other_route` (messages on
 /v1/completions, prompt on chat). Values a refusal repeats are spelt as JSON
 (`admission.shown_json`).
@@ -246,6 +247,7 @@ def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
             f'response_format {shown_json(fmt)} is not supported; only {{"type": "text"}} is.',
             "response_format",
         )
+    _request_id_and_priority(body)
     user = body.get("user")
     if user is not None and (not isinstance(user, str) or len(user) > limits.max_user_chars):
         got = f"{len(user):,} characters" if isinstance(user, str) else repr(user)[:40]
@@ -255,6 +257,21 @@ def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
             param="user",
             code="string_above_max_length" if isinstance(user, str) else "invalid_value",
         )
+
+
+def _request_id_and_priority(body: dict) -> None:
+    """vLLM's `request_id` (a str field: an int is a 400 there) and `priority` (an int; vLLM
+    refuses a non-zero one, "Got priority 5 but Priority scheduling is not enabled.", unless
+    --scheduling-policy priority, which this server has not); hunt 78: both were ignored."""
+    rid = body.get("request_id")
+    if rid is not None and not isinstance(rid, str):
+        raise invalid(f"request_id must be a string, got {shown_json(rid, head=40)}.",
+                      "request_id")  # fmt: skip
+    priority = integer(body, "priority", 0)
+    if priority:
+        raise invalid(f"priority {shown_int(priority)} needs priority scheduling, which this "
+                      "server does not have (it serves in arrival order); leave it out (or "
+                      "give 0).", "priority")  # fmt: skip
 
 
 def refuse_not_honoured(body: dict, names: Any) -> None:

@@ -16,7 +16,8 @@ tool_choice other than "none", a response_format other than text, and vLLM's ext
 chat_template...) are refused with `InvalidRequestError` (HTTP 400) unless absent, null or
 neutral; so are the other route's field (messages on /v1/completions, prompt on chat) and
 stream_options without stream. `user` must be a string of at most
-`RequestLimits.max_user_chars`. A model name this server does not serve is `ModelNotFoundError`
+`RequestLimits.max_user_chars`, vLLM's request_id a string, its priority 0 (no priority
+scheduling here). A model name this server does not serve is `ModelNotFoundError`
 (HTTP 404 with OpenAI's code model_not_found, as OpenAI and vLLM answer); a missing one a 400.
 Fields this module does not know are ignored, as vLLM ignores them (metadata, store,
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
