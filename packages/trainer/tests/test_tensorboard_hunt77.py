@@ -23,25 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from wse_trainer.metrics import MetricsLog
-
-
-def _crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli, reflected 0x82F63B78), bit by bit."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def _masked(data: bytes) -> int:  # TFRecord's masked crc
-    crc = _crc32c(data)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+from wse_trainer.testing import crc32c, masked_crc32c
 
 
 def test_the_crc_is_crc32c():
-    assert _crc32c(b"123456789") == 0xE3069283  # the published check value
+    assert crc32c(b"123456789") == 0xE3069283  # the published check value
 
 
 def _records(path: Path) -> list[bytes]:
@@ -52,7 +38,7 @@ def _records(path: Path) -> list[bytes]:
         (hcrc,) = struct.unpack("<I", data[at + 8 : at + 12])
         body = data[at + 12 : at + 12 + n]
         (bcrc,) = struct.unpack("<I", data[at + 12 + n : at + 16 + n])
-        assert hcrc == _masked(header) and bcrc == _masked(body), path
+        assert hcrc == masked_crc32c(header) and bcrc == masked_crc32c(body), path
         out.append(body)
         at += 16 + n
     return out

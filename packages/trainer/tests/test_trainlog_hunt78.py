@@ -10,8 +10,9 @@
 3. `runconfig.num_epochs: null` was refused as an unknown key; ModelZoo's null is unset.
 
 Oracles: the frames of the undamaged file, read by a strict TFRecord reader written here from
-the format's spec (length, masked CRC-32C of it, data, masked CRC-32C of it; CRC-32C checked
-on its published check value), each frame's bytes compared with the rewritten file's
+the format's spec (length, masked CRC-32C of it, data, masked CRC-32C of it; the CRC is
+`wse_trainer.testing.crc32c`, bit by bit, checked on its published check value in
+test_tensorboard_hunt77.py), each frame's bytes compared with the rewritten file's
 (TensorBoard is not installed here: its EventAccumulator cannot be asked); metrics.jsonl's
 line counts; the config of the file without the null keys.
 """
@@ -26,25 +27,7 @@ import pytest
 import yaml
 from wse_trainer.config import ConfigError, config_from_dict, load_config, shipped_config
 from wse_trainer.metrics import MetricsLog
-from wse_trainer.testing import run_on_preset, tensorboard_scalars, tiny_config
-
-
-def _crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def _masked(data: bytes) -> int:
-    crc = _crc32c(data)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def test_the_crc_is_crc32c():
-    assert _crc32c(b"123456789") == 0xE3069283  # the published check value
+from wse_trainer.testing import masked_crc32c, run_on_preset, tensorboard_scalars, tiny_config
 
 
 def _frames(data: bytes) -> list[bytes]:
@@ -53,8 +36,8 @@ def _frames(data: bytes) -> list[bytes]:
     while at < len(data):
         (n,) = struct.unpack_from("<Q", data, at)
         frame = data[at : at + 16 + n]
-        assert struct.unpack_from("<I", frame, 8)[0] == _masked(frame[:8])
-        assert struct.unpack_from("<I", frame, 12 + n)[0] == _masked(frame[12 : 12 + n])
+        assert struct.unpack_from("<I", frame, 8)[0] == masked_crc32c(frame[:8])
+        assert struct.unpack_from("<I", frame, 12 + n)[0] == masked_crc32c(frame[12 : 12 + n])
         out.append(frame)
         at += 16 + n
     return out

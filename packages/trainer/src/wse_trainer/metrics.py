@@ -14,7 +14,8 @@
   the marker alone held for TensorBoard's Python loaders only, and never for an older file);
   bytes of an event file that hold no whole record are skipped, each said on stderr (hunt 78:
   one damaged record cut every record after it, silently). `MetricsLog.recorded` is a step's
-  record on file when the log opened: a rerun that trains nothing evaluates no step twice.
+  record on file when the log opened: a rerun that trains nothing evaluates no step twice, and
+  one that evaluates it again (other eval settings) replaces its record (review 78).
 - `<model_dir>/run.log`: every log line, appended.
 - A record is written whole (`interrupt.held`: a signal inside it is raised at its end), and
   `close` waits for TensorBoard's writer at most `CLOSE_BOUND_S` (hunt 75: tensorboardX's
@@ -43,7 +44,7 @@ from wse_core.errors import RunFault
 from wse_core.host.atomic import write_atomically
 
 from wse_trainer import interrupt
-from wse_trainer.tensorboard_events import EventFile, event_files, trim_events
+from wse_trainer.tensorboard_events import EventFile, drop_scalars, event_files, trim_events
 
 __all__ = ["MetricsLog", "NullLog", "RunFolderGone", "StepStats", "Throughput", "train_line",
            "eval_line", "read_metrics"]  # fmt: skip
@@ -284,13 +285,29 @@ class MetricsLog:
         return self._writers[mode]
 
     def record(self, step: int, mode: str, values: dict[str, float]) -> None:
-        """One step's scalars: to metrics.jsonl and TensorBoard."""
+        """One step's scalars: to metrics.jsonl and TensorBoard. A resume's record of a step
+        and mode on file when the log opened (a rerun's eval of its start step) replaces
+        it in both, never a second record of it (review 78)."""
         self.check()
         with interrupt.held():
+            if self._purge_step is not None and self._kept.pop((step, mode), None) is not None:
+                self._drop(step, mode)
             self._jsonl.write(json.dumps({"step": step, "mode": mode, **values}) + "\n")
             self._jsonl.flush()
             scalars = {k: v for k, v in values.items() if isinstance(v, int | float)}
             self._writer(mode).add_scalars(step, scalars)
+
+    def _drop(self, step: int, mode: str) -> None:
+        """metrics.jsonl (rewritten whole) and `mode`'s older event files without the
+        records of `step` and `mode`."""
+        path = self.dir / "metrics.jsonl"
+        records = [m for m in _read_records(path)[0] if (m["step"], m.get("mode")) != (step, mode)]
+        write_atomically(path, "".join(json.dumps(m) + "\n" for m in records))
+        self._jsonl.close()  # the old file's, once the new one is whole
+        self._jsonl = open(path, "a")  # noqa: SIM115 (closed in close)
+        mine = frozenset(w.path for w in self._writers.values())
+        for note in drop_scalars(self.dir / mode, step, skip=mine):
+            print(note, file=sys.stderr, flush=True)
 
     def line(self, text: str) -> None:
         self.check()

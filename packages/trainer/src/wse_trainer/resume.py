@@ -10,14 +10,18 @@ meta holds another step than its folder's name is a ConfigError, never resumed u
 `check_export` (a --checkpoint-path that trains nothing but would move newer steps aside)
 are `wse_trainer.resume_checks`', also asked by `run_folder.check_resume` before any data
 is read (hunt 70). `nothing_to_train` is the line of a resume at or past max_steps.
+`eval_on_record` is the eval a rerun that trains nothing finds on record, where its settings
+are those saved (`params_on_file`), else None: the eval runs again (review 78).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from wse_core.host.distributed import barrier
 
 from wse_trainer.config import ConfigError
@@ -30,9 +34,11 @@ __all__ = [
     "eval_on_record",
     "nothing_to_train",
     "open_checkpoints",
+    "params_on_file",
 ]
 
 _META_KEYS = ("step", "data", "tokenizer_sha256", "model")
+_EVAL_SECTIONS = ("eval_input", "model")  # what an eval's loss depends on, besides weights
 
 
 def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
@@ -134,12 +140,63 @@ def nothing_to_train(step: int, max_steps: int) -> str:
     )
 
 
-def eval_on_record(log: Any, step: int) -> float | None:
+def params_on_file(folder: Path) -> list[Any]:
+    """The run folder's saved settings, train/params_train.yaml's and eval/params_eval.yaml's
+    (those that exist; None for one that cannot be read): what the evals on record in its
+    metrics.jsonl ran with, read before this run saves its own."""
+    from wse_core.errors import WseError
+    from wse_core.host.readers import load_yaml, read_text
+
+    out: list[Any] = []
+    for mode in ("train", "eval"):
+        path = folder / mode / f"params_{mode}.yaml"
+        if os.path.lexists(path):
+            try:
+                out.append(load_yaml(read_text(path, "saved params"), str(path)))
+            except (OSError, ValueError, yaml.YAMLError, WseError):
+                out.append(None)
+    return out
+
+
+def eval_on_record(log: Any, step: int, s: Session, on_file: list[Any]) -> float | None:
     """The eval loss of `step` that metrics.jsonl holds, said in the run log, or None (hunt 78:
-    a finished run rerun held step 14's eval twice, in metrics.jsonl and eval/)."""
+    a finished run rerun held step 14's eval twice, in metrics.jsonl and eval/): only where
+    the eval would run as it ran, the settings it depends on those of every saved params
+    file `on_file` (`params_on_file`; review 78: a rerun with eval_input.eval_steps=1 said
+    the loss of 2 batches); else the reason is said and the eval runs again, its record
+    replacing the old one (`MetricsLog.record`)."""
     held = log.recorded(step, "eval") or {}
     loss = held.get("loss")
     if not isinstance(loss, int | float) or isinstance(loss, bool):
         return None
-    log.line(f"eval of step {step} on record in metrics.jsonl (loss {loss:.5f}): not run again")
+    said = f"eval of step {step} on record in metrics.jsonl (loss {loss:.5f})"
+    changed = _eval_changed(s, on_file)
+    if changed is not None:
+        log.line(f"{said} ran with other settings ({changed}): evaluating it again")
+        return None
+    log.line(f"{said}: not run again")
     return float(loss)
+
+
+def _eval_changed(s: Session, on_file: list[Any]) -> str | None:
+    """How this run's eval would differ from the one on record, or None: its eval_input and
+    model sections (the data, eval_steps, batch size, sequence length, packing; the model)
+    against each saved file's; a `--checkpoint-path`'s weights may be another run's."""
+    if s.config.runconfig.checkpoint_path:
+        return "runconfig.checkpoint_path names the weights"
+    if not on_file:
+        return "no saved params to compare"
+    now = yaml.safe_load(yaml.safe_dump(s.settings()))  # as `run._save_params` saves them
+    for saved in on_file:
+        if not isinstance(saved, dict):
+            return "a saved params file cannot be read"
+        for section in _EVAL_SECTIONS:
+            theirs, ours = saved.get(section), now[section]
+            if not isinstance(theirs, dict):
+                return f"no {section} section saved"
+            keys = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+            if keys:
+                return ", ".join(
+                    f"{section}.{k} was {theirs.get(k)!r}, now {ours.get(k)!r}" for k in keys
+                )
+    return None

@@ -22,7 +22,8 @@ returns a `RunResult`:
    evaluation (every `eval_frequency` steps and at the end) in metrics.jsonl and eval/, over
    `eval_input.eval_steps` batches or, left out, the whole eval split (a line says which);
    an eval with no checkpoint to read evaluates the initial weights and says so; a rerun
-   that trains nothing and finds its step's eval in metrics.jsonl says so, evaluating none;
+   that trains nothing and finds its step's eval in metrics.jsonl, run with the eval settings
+   saved, says so, evaluating none (other settings: it evaluates, replacing that record);
 6. `<model_dir>/hf/` (`wse_trainer.export`: HF format, the tokenizer, EOS named, the step it
    holds; replaced whole, a full disk is one line) and samples from the trained model. A
    resume whose `max_steps` is at or below the checkpoint's step trains nothing and says so
@@ -71,7 +72,7 @@ from wse_trainer.config import TrainConfig
 from wse_trainer.export import export_hf
 from wse_trainer.layout import describe
 from wse_trainer.predicted import run_lines
-from wse_trainer.resume import eval_on_record, nothing_to_train, open_checkpoints
+from wse_trainer.resume import eval_on_record, nothing_to_train, open_checkpoints, params_on_file
 from wse_trainer.run_folder import undone_on_error
 from wse_trainer.run_lock import release
 from wse_trainer.save_faults import save_failed
@@ -285,10 +286,11 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
         run_cfg = config.runconfig
         end = run_cfg.max_steps if run_cfg.num_steps is None else start + run_cfg.num_steps
         end = min(end, run_cfg.max_steps)
-        primary = is_primary()
+        primary, on_file = is_primary(), []
         if primary:
             log = _open_log(s, start, echo)
-            _save_params(s)
+            on_file = params_on_file(s.dir)  # what the evals on record ran with, read before
+            _save_params(s)  # this run's replace them
         result = RunResult(s.dir, start, {}, restored=s.trainer.memx.params is not initial)
         for note in notes:
             log.line(note)
@@ -297,7 +299,7 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
         trains = run_cfg.mode != "eval" and end > start
         # hunt 78: a rerun that trains nothing evaluates no step whose eval is on record
         rerun = not trains and run_cfg.mode == "train_and_eval"
-        held = eval_on_record(log, start) if rerun else None
+        held = eval_on_record(log, start, s, on_file) if rerun else None
         result.report = s.prediction if trains else None  # hunt 70: priced what never ran
         evals = run_cfg.mode != "train" and held is None
         for note in filter(None, [_eval_note(s) if evals else None]):  # none where none runs

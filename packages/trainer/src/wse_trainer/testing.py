@@ -36,7 +36,7 @@ from wse_trainer.stream import StreamedTrainer
 __all__ = ["QUICK_OVERRIDES", "updated", "TINY_MODEL", "write_corpus", "text_docs", "narrow_jsonl",
            "tiny_params", "tiny_config", "run_on_preset", "ADAMW", "B", "CHUNKS", "S", "STEPS",
            "fused_run", "max_diff", "stream_batches", "stream_model", "stream_run",
-           "streamed_run", "tensorboard_scalars"]  # fmt: skip
+           "streamed_run", "tensorboard_scalars", "crc32c", "masked_crc32c"]  # fmt: skip
 
 # `wse train tiny` overrides for tests whose subject is not the data: a 200 KB slice of the
 # stdlib corpus, so the tokenizer trains and the rows pack in a fraction of the 3 MB
@@ -229,3 +229,21 @@ def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
             for v in event.summary.value:
                 out.setdefault(v.tag, []).append((event.step, v.simple_value))
     return out
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli, reflected 0x82F63B78) of `data`, bit by bit from its definition:
+    the tests' oracle for TFRecord's checks (its published check value: 0xE3069283 for
+    b"123456789")."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C of `data`: rotated right by 15 bits, plus 0xA282EAD8."""
+    crc = crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
