@@ -10,24 +10,35 @@ Contract. `check(environ)` raises a WseError for the first bad one of:
   import, without JAX: a truth value, an integer, a number, one of a list; a test holds the
   table to JAX's own);
 - every other JAX_* variable JAX reads at import, read by JAX itself (hunt 78: a hand table
-  falls behind JAX; `JAX_DEFAULT_MATMUL_PRECISION=bogus` was a 70-line traceback): where one
-  is set, `import jax` happens here, and the ValueError JAX raises for it becomes one line
-  naming the variable and, from JAX's own definition of the option, what it may be. Only in
-  this process's environment before JAX is imported (after, JAX has read them); a run that
-  sets none costs nothing;
+  falls behind JAX; `JAX_DEFAULT_MATMUL_PRECISION=bogus` was a 70-line traceback): the
+  ValueError JAX raises for it as it is imported becomes one line naming the variable and,
+  from JAX's own definition of the option, what it may be;
 - `JAX_PLATFORMS` naming a GPU (gpu, cuda, rocm) where no JAX GPU plugin is installed (JAX
   then named the backend it tried last: 'rocm' for `gpu`, on a machine without ROCm), and
   JAX's older `JAX_PLATFORM_NAME` naming a platform this machine has no backend for (it
   failed at the backend's start, after the import);
 - XLA_FLAGS' `--xla_force_host_platform_device_count`, the one XLA flag the stack reads
-  (`xla_device_count`: a positive integer; `runtime` bounds it), and XLA_FLAGS' other
-  words and flags (`xla_flags.check`: asked of XLA where there are any).
+  (`xla_device_count`: a positive integer; `runtime` bounds it), an XLA_FLAGS that XLA would
+  read as a flags file or a word XLA reads that is no --flag (`xla_flags.check_words`), and
+  the flags XLA reads, asked of XLA (`xla_flags.ask_xla`). Words XLA ignores (from the first
+  that is no --flag on) pass, as XLA passes them, with a one-line note on stderr.
+Cost. The table, the platforms, the device count and XLA_FLAGS' words are read without JAX
+(~10 us a call). The other two checks need JAX or XLA, so for this process's environment,
+with JAX not yet imported, they are made at JAX's first import (an import hook; hunt 78's
+review: `import jax` here cost `wse wafer info` 0.6 -> 1.8 s for any JAX_* variable): the
+JAX_* variables by that import itself (nothing extra), XLA_FLAGS by one helper process
+(~0.2-0.4 s) where it holds flags other than the stack's own. A command that never imports
+JAX (`wse wafer info`, `wse --help`) pays for neither; a refusal then comes at the command's
+first JAX import instead of before its work. For another mapping, or with JAX imported
+already, XLA is asked at once (JAX has read its variables by then).
 `xla_device_count(environ)` is that flag's count (its last occurrence, as XLA takes it), None
 where it is not given.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping
@@ -80,9 +91,12 @@ def check(environ: Mapping[str, str] = os.environ) -> None:
             raise WseError(f"{name} must be {wanted}, or unset; got {shown(environ[name])}")
     _check_platforms(environ.get("JAX_PLATFORMS", ""))
     _check_platform_name(environ.get("JAX_PLATFORM_NAME", ""))
-    xla_flags.check(environ)
+    xla_flags.check_words(environ)
     xla_device_count(environ)
-    _check_jax_reads(environ)
+    if environ is os.environ and "jax" not in sys.modules:
+        _at_jax_import()  # the rest as JAX is imported, by commands that import it anyway
+    else:
+        xla_flags.ask_xla(environ)
 
 
 def _unreadable(value: str, kind: type | tuple[str, ...]) -> str | None:
@@ -157,11 +171,8 @@ def _plugins() -> list[str]:
 def xla_device_count(environ: Mapping[str, str] = os.environ) -> int | None:
     """XLA_FLAGS' `--xla_force_host_platform_device_count` (module doc); WseError where it
     is no positive integer (XLA's own parser printed its 94-line flag list for `abc`)."""
-    values = [
-        flag.partition("=")[2]
-        for flag in environ.get("XLA_FLAGS", "").split()
-        if flag.startswith("-") and flag.lstrip("-").partition("=")[0] == XLA_DEVICE_FLAG
-    ]
+    flags = [xla_flags.flag(w) for w in xla_flags.words(environ.get("XLA_FLAGS", ""))]
+    values = [value for name, value in flags if name == XLA_DEVICE_FLAG]  # the ones XLA reads
     if not values:
         return None
     raw = values[-1]
@@ -174,21 +185,44 @@ def xla_device_count(environ: Mapping[str, str] = os.environ) -> int | None:
 
 
 # set by `runtime.configure` itself (JAX_NUM_CPU_DEVICES overwritten, the cache folder any
-# path), or checked above without JAX
-_OWN = frozenset({"JAX_NUM_CPU_DEVICES", "JAX_COMPILATION_CACHE_DIR", "JAX_PLATFORMS"})
+# path), or checked without JAX (`check`): JAX's ValueError names none of them
+_OWN = frozenset(
+    {"JAX_NUM_CPU_DEVICES", "JAX_COMPILATION_CACHE_DIR", "JAX_PLATFORMS", *JAX_OPTIONS}
+)
 
 
-def _check_jax_reads(environ: Mapping[str, str]) -> None:
-    """`import jax` where a JAX_* variable outside `JAX_OPTIONS` is set, its ValueError one
-    line (module doc). A no-op where none is, where JAX is imported already, or for another
-    mapping than this process's environment."""
-    theirs = [k for k in environ if k.startswith("JAX_") and k not in JAX_OPTIONS and k not in _OWN]
-    if not theirs or "jax" in sys.modules or environ is not os.environ:
-        return
-    try:
-        import jax  # noqa: F401  (JAX reads its variables as it is imported)
-    except ValueError as e:
-        raise WseError(_refused(e, environ, sorted(theirs))) from None
+def _at_jax_import() -> None:
+    """Have JAX's first import make the checks that need JAX or XLA (module doc), once."""
+    if not any(isinstance(f, _CheckedImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _CheckedImport())
+
+
+class _CheckedImport(importlib.abc.MetaPathFinder):
+    """Runs the `jax` package checked: XLA_FLAGS' note and XLA's verdict before it, and the
+    ValueError JAX raises for a JAX_* variable as it reads them one line (`_refused`)."""
+
+    def find_spec(self, name, path=None, target=None):  # noqa: ANN001, ANN201 (importlib's)
+        if name != "jax":
+            return None
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _CheckedImport)]
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_checked(module) -> None:  # noqa: ANN001
+            xla_flags.ask_xla()  # a refusal is the one line: the note after it
+            xla_flags.note_ignored()
+            try:
+                run(module)
+            except ValueError as e:
+                theirs = sorted(k for k in os.environ if k.startswith("JAX_") and k not in _OWN)
+                if isinstance(e, WseError) or not theirs:
+                    raise
+                raise WseError(_refused(e, os.environ, theirs)) from None
+
+        spec.loader.exec_module = exec_checked  # type: ignore[method-assign]
+        return spec
 
 
 # JAX's readers of one variable (jax._src.config), by what each takes

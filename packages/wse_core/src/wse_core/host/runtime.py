@@ -10,7 +10,8 @@ Defaults: one virtual device per core (collectives between more virtual devices 
 cost ~0.1 ms each, see shared/PLATFORM.md); `WSE_DEVICES` overrides, and where it is not set
 XLA_FLAGS' `--xla_force_host_platform_device_count` (JAX's own spelling) does. A count is an
 integer of at most the `devices` limit, and the JAX and XLA variables JAX reads at its start
-are checked (`wse_core.host.jax_env`), both before the environment is touched. On a GPU host
+are checked (`wse_core.host.jax_env`), both before the environment is touched (what needs JAX
+or XLA itself to judge, at JAX's first import). On a GPU host
 the real devices are used and the CPU device count is irrelevant. The compile cache lives in
 `$WSE_CACHE_DIR` (default `~/.cache/wse/jax`) — the counterpart of Cerebras' compile artifacts;
 numba's (the PE kernels of `wse_hpc`) in its `numba/` folder (`NUMBA_CACHE_DIR`, unless set,
@@ -59,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from wse_core.errors import WseError, ascii_only, shown, shown_int
-from wse_core.host import compile_caches, jax_env
+from wse_core.host import compile_caches, jax_env, xla_flags
 
 __all__ = [
     "configure",
@@ -163,8 +164,10 @@ def configure(devices: int | None = None, *, compile_cache: bool = True) -> int:
 
     Returns the device count asked for. Raises WseError, before the environment is touched,
     for a count that is no integer in 1..the `devices` limit, for a JAX or XLA variable JAX
-    could not start with (`jax_env.check`), or when JAX's backend has already started with a
-    different count. `devices` wins over `WSE_DEVICES` and XLA_FLAGS' device count.
+    could not start with (`jax_env.check`; the checks that need JAX or XLA at JAX's first
+    import), or when JAX's backend has already started with a different count. Its own XLA
+    flag goes where XLA reads it: ahead of any words XLA ignores (`xla_flags.split`).
+    `devices` wins over `WSE_DEVICES` and XLA_FLAGS' device count.
     """
     if devices is None:
         n = _checked_devices(default_devices(), _devices_source())
@@ -182,7 +185,8 @@ def configure(devices: int | None = None, *, compile_cache: bool = True) -> int:
     os.environ["JAX_NUM_CPU_DEVICES"] = str(n)
     flags = os.environ.get("XLA_FLAGS", "")
     if _FAST_COMPILE_FLAG.partition("=")[0] not in flags:  # the user's own setting wins
-        os.environ["XLA_FLAGS"] = f"{flags} {_FAST_COMPILE_FLAG}".strip()
+        read, rest = xla_flags.split(flags)  # ahead of words XLA ignores, or it is ignored too
+        os.environ["XLA_FLAGS"] = " ".join([*read, _FAST_COMPILE_FLAG, rest]).strip()
     for key, value in cache.items():
         os.environ.setdefault(key, value)
     compile_caches.guard()  # whole entries, and a full cache folder is one note (hunt 69)

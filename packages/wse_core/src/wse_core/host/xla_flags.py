@@ -1,23 +1,33 @@
-"""XLA_FLAGS checked before XLA reads them: one line instead of XLA's fatal log (hunt 78).
+"""XLA_FLAGS read as XLA reads them and checked before it does: one line instead of XLA's
+fatal log (hunt 78).
 
 XLA parses XLA_FLAGS when its first client or compile options are made (JAX's backend
-start) and kills the process on anything it cannot take: `Unknown flag in XLA_FLAGS:
---nope` as a fatal log, a bad value (`--xla_cpu_use_thunk_runtime=maybe`) with its 94-line
-flag list, and a value that does not start with `-` read as the name of a flags file
-(`XLA_FLAGS=ab` was `Could not open file "ab --xla_llvm_disable_expensive_passes=true"`:
-the stack's own flag glued onto the name).
+start; `xla/parse_flags_from_env.cc`). A value whose first non-blank character is not `-`
+is the name of a flags file. Otherwise XLA reads words from the start while each begins with
+`-` (split at whitespace; `--name="a b"` and `--name='a b'` keep their spaces) and stops
+at the first word that does not: that word and everything after it are ignored, silently
+(`--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`, a recipe from JAX's
+issues, runs as its first flag alone). Each word read must be a flag XLA knows with a value
+it can read, or XLA kills the process: `Unknown flag in XLA_FLAGS: --nope` as a fatal log,
+a bad value (`--xla_cpu_use_thunk_runtime=maybe`) with its 94-line flag list.
 
-Contract. `check(environ)` raises a WseError for the first of:
-- a word that is not a `--name[=value]` flag (XLA's flags file is not taken: the stack adds
-  its own flag to XLA_FLAGS, which would turn the file's name into another one);
-- a flag XLA does not know or a value it cannot read: asked of XLA itself, in a helper
-  process (`jaxlib`'s compile options parse XLA_FLAGS as the backend will; ~0.4 s), only
-  where XLA_FLAGS holds flags other than the ones the stack itself sets (`OWN_FLAGS`), so a
-  run without XLA_FLAGS, or with only those, costs nothing.
+Contract.
+- `split(value)`: (the words XLA reads, the rest it ignores), as XLA splits them.
+- `check_words(environ)` raises a WseError, without XLA, for a value XLA would read as a
+  flags file (the stack adds its own flag to XLA_FLAGS, which would turn the file's name into
+  another: `XLA_FLAGS=ab` was `Could not open file "ab --xla_llvm_disable_expensive_passes=
+  true"`), and for a word read that is no `--name` (XLA: an unknown flag).
+- `ask_xla(environ)` raises a WseError where XLA refuses the flags it reads: asked of XLA
+  itself, in a helper process (`jaxlib`'s compile options parse XLA_FLAGS as the backend
+  will; ~0.2-0.4 s), only where they hold flags other than the ones the stack sets itself
+  (`OWN_FLAGS`), so a run without XLA_FLAGS, or with only those, costs nothing.
+- `note_ignored(environ)` says on stderr, in one line, what XLA will ignore (XLA says
+  nothing).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -25,41 +35,99 @@ from collections.abc import Mapping
 
 from wse_core.errors import WseError, shown
 
-__all__ = ["OWN_FLAGS", "check", "words"]
+__all__ = ["OWN_FLAGS", "ask_xla", "check_words", "flag", "note_ignored", "split", "words"]
 
 # the flags the stack sets or reads itself (runtime.configure, jax_env.xla_device_count)
 OWN_FLAGS = frozenset({"xla_force_host_platform_device_count", "xla_llvm_disable_expensive_passes"})
-_WORD = re.compile(r'(?:[^\s"]|"[^"]*")+')  # XLA's own split: whitespace, "quoted" values
+_WS = " \t\r\n"  # XLA's kWS
 _PROBE = "import jaxlib._jax as j; j.CompileOptions()"  # parses XLA_FLAGS, as the backend does
 _PROBE_S = 60
 
 
+def split(value: str) -> tuple[list[str], str]:
+    """(the words XLA reads, the rest it ignores, stripped) of an XLA_FLAGS value, by XLA's
+    own scan (`ParseArgvFromString`); a word keeps its quotes. A flags file's name (first
+    non-blank character not `-`) is all rest."""
+    read: list[str] = []
+    b, n = _skip(value, 0), len(value)
+    while b < n and value[b] == "-":
+        e = b
+        while e < n and value[e].isascii() and (value[e] in "-_" or value[e].isalnum()):
+            e += 1
+        if e + 1 < n and value[e] == "=" and value[e + 1] in "'\"":  # --name="a b"
+            quote, e = value[e + 1], e + 2
+            while e < n and value[e] != quote:
+                e += 2 if quote == '"' and value[e] == "\\" and e + 1 < n else 1
+            e = min(e + 1, n)
+        else:
+            while e < n and value[e] not in _WS:
+                e += 1
+        read.append(value[b:e])
+        b = _skip(value, e)
+    return read, value[b:].strip(_WS)
+
+
+def _skip(value: str, at: int) -> int:
+    while at < len(value) and value[at] in _WS:
+        at += 1
+    return at
+
+
 def words(value: str) -> list[str]:
-    """XLA_FLAGS' words, as XLA splits them (a double-quoted value keeps its spaces)."""
-    return _WORD.findall(value)
+    """The words of XLA_FLAGS that XLA reads (`split`)."""
+    return split(value)[0]
 
 
-def check(environ: Mapping[str, str] = os.environ) -> None:
-    """Refuse XLA_FLAGS that XLA would die on (module doc); a no-op where it holds only the
-    stack's own flags."""
-    flags = words(environ.get("XLA_FLAGS", ""))
-    for word in flags:
-        if not word.startswith("--") or len(word) == 2:
+def flag(word: str) -> tuple[str, str]:
+    """(name, value) of a word XLA reads, its value's quotes taken off as XLA takes them."""
+    name, _, value = word.lstrip("-").partition("=")
+    if value[:1] in ("'", '"'):
+        quote, value = value[0], value[1:].removesuffix(value[0])
+        if quote == '"':
+            value = re.sub(r"\\(.)", r"\1", value)
+    return name, value
+
+
+def check_words(environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse, without XLA, an XLA_FLAGS that XLA reads as a flags file or a word it reads
+    that is no `--name` flag (module doc)."""
+    value = environ.get("XLA_FLAGS", "")
+    read, rest = split(value)
+    if not read and rest:
+        raise WseError(
+            f"XLA_FLAGS: {shown(rest.split()[0])} is no flag, and XLA reads a value that "
+            "starts with one as the name of a flags file, which wse does not take (it adds its "
+            "own flag to XLA_FLAGS); give the flags themselves as --name=value, or unset "
+            "XLA_FLAGS"
+        )
+    for word in read:
+        if not word.startswith("--") or len(word) == 2:  # XLA: "Unknown flag"
             raise WseError(
                 f"XLA_FLAGS: {shown(word)} is no flag; give each as --name=value (e.g. "
-                "--xla_dump_to=DIR), or unset XLA_FLAGS (XLA reads a value that does not "
-                "start with - as a flags file, which wse does not take: put its flags in "
-                "XLA_FLAGS)"
+                "--xla_dump_to=DIR), or unset XLA_FLAGS"
             )
-    if all(w[2:].partition("=")[0] in OWN_FLAGS for w in flags):
+
+
+def note_ignored(environ: Mapping[str, str] = os.environ) -> None:
+    """One line on stderr naming what XLA ignores in XLA_FLAGS, where it ignores anything."""
+    read, rest = split(environ.get("XLA_FLAGS", ""))
+    if read and rest:
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # a closed stderr
+            sys.stderr.write(
+                f"note: XLA ignores {shown(rest)} in XLA_FLAGS (it reads flags only up to the "
+                "first word that is no --flag)\n"
+            )
+            sys.stderr.flush()
+
+
+def ask_xla(environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse the flags XLA reads where XLA refuses them, asked in a helper process; a no-op
+    where it reads only the stack's own flags (module doc)."""
+    if all(flag(w)[0] in OWN_FLAGS for w in words(environ.get("XLA_FLAGS", ""))):
         return
-    _ask_xla(dict(environ))
-
-
-def _ask_xla(env: dict[str, str]) -> None:
-    """Parse XLA_FLAGS in a helper process, whose fatal log becomes one line."""
     import subprocess  # only here: a run without foreign flags never needs it
 
+    env = dict(environ)
     try:
         done = subprocess.run(
             [sys.executable, "-c", _PROBE],
@@ -80,7 +148,7 @@ def _ask_xla(env: dict[str, str]) -> None:
 def _line(log: str, flags: str) -> str:
     """One line for XLA's refusal in `log` (its stderr)."""
     where = "or unset XLA_FLAGS"
-    if m := re.search(r"Unknown flag in XLA_FLAGS: (\S+)", log):
+    if m := re.search(r"Unknown flags? in XLA_FLAGS: (\S+)", log):
         return f"XLA_FLAGS: unknown flag {shown(m[1])}; give flags XLA knows, {where}"
     if m := re.search(r"Couldn't interpret value (.*) for flag (\w+)\.", log):
         value, name = m[1], m[2]
