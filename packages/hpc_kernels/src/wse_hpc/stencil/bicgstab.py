@@ -17,10 +17,17 @@ residual is replaced by b - A x computed from that fp32 x (one extra SpMV).
 `"fp32"` keeps everything in fp32.
 
 Scaling (why): fp16 spans about 6e-5 .. 6.5e4, and 1 / h^2 alone overflows it on the SC20
-grid. So the solver works on the diagonally scaled system D^-1 A y = sigma D^-1 b with
-sigma a power of two chosen so that |y| stays near 2^10 (from A's smallest eigenvalue,
-known in closed form for Dirichlet boundaries), and returns x = y / sigma in fp32. Both
-precisions use the same scaling, so their iterations differ only by rounding.
+grid. So the solver works on the diagonally scaled system D^-1 A y = sigma D^-1 r_0 with
+sigma a power of two chosen so that |y| stays near 2^10 (`scaling`), and returns x = x0 +
+y / sigma in fp32. r_0 = b - A x0 (b without an x0): from x0 the iteration solves for the
+correction from 0, so sigma and the residual replacement follow r_0, never b (hunt 78
+review: sigma from b left a warm start's r_0 ~ 1e-3 b to fall through fp16's underflow,
+x all NaN). Both precisions use the same scaling, so their iterations differ only by
+rounding. A breakdown never returns NaN where a finite iterate existed: the loop keeps the
+iterate at the start of every `replace_every` iterations (KEEP_EVERY without replacement;
+one copy per chunk, in an outer loop), and a non-finite x is swapped for it, with its
+residual. Why not the last finite one: a select every iteration is 3 more vector passes
+per iteration in XLA's count (31 -> 34 mixed, 50 -> 53 fp32, 48^3 and 96^3), ~6-10%.
 
 The history holds the recurrence residual ||r_k|| / ||r_0|| (fp32) for k = 0..iterations;
 entries past the last iteration are NaN. It has min(maxiter, HISTORY_ITERATIONS) + 1 entries:
@@ -41,7 +48,6 @@ operator (periodic, Dirichlet, Neumann, advection: `field_operator` there), fp32
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -56,11 +62,20 @@ from wse_hpc.stencil import pe_dots
 from wse_hpc.stencil.config import INT32_MAX
 from wse_hpc.stencil.kernels import diagonal, laplacian7
 from wse_hpc.stencil.placement import StencilError, StencilGrid
+from wse_hpc.stencil.scaling import (
+    TARGET_MAGNITUDE,
+    check_sigma,
+    lambda_min,
+    scale_for,
+    sigma_for,
+    start_fault,
+)
 
 __all__ = [
     "HISTORY_ITERATIONS",
     "PRECISIONS",
     "RESTART_EPS",
+    "TARGET_MAGNITUDE",
     "BicgstabResult",
     "Krylov",
     "Operator",
@@ -81,10 +96,10 @@ PRECISIONS = ("mixed", "fp32")
 # |(r^, r)| / (|r^| |r|) below this fraction of the vector dtype's epsilon restarts the
 # iteration (fp16: 9.8e-5, fp32: 1.2e-8): below it the dot is rounding noise.
 RESTART_EPS = 0.1
-TARGET_MAGNITUDE = 2.0**10  # |y| kept near this: far from fp16's overflow and underflow
 # Iterations a residual history records (4 B each, per history): 100x the default cap of
 # 1,000; every solve the stack runs, tests and studies included, stops within 1,000.
 HISTORY_ITERATIONS = 100_000
+KEEP_EVERY = 50  # iterations between kept iterates when residual replacement is off
 
 
 class BicgstabResult(NamedTuple):
@@ -94,8 +109,9 @@ class BicgstabResult(NamedTuple):
     history: jax.Array  # fp32 (min(maxiter, HISTORY_ITERATIONS) + 1,), NaN past the end
     breakdown: jax.Array  # bool: rho or omega became zero / non-finite, or `sigma_fault`
     converged: jax.Array  # bool: the recurrence residual met tol (the truth: `refine`)
-    # bool: sigma D^-1 b (or r_0) under- or overflowed the working precision, or sigma is not
-    # a positive finite number: no iteration ran, x = x0 (or 0); `scale_for` gives a sigma
+    # bool: sigma D^-1 r_0 overflowed the working precision or lost more than FLUSH_SHARE of
+    # its norm to underflow (`scaling.start_fault`), or sigma is not a positive finite
+    # number: no iteration ran, x = x0 (or 0); `scale_for` gives a sigma
     sigma_fault: jax.Array
 
 
@@ -151,24 +167,6 @@ def stencil_operator(grid: StencilGrid) -> Operator:
     return Operator(grid, laplacian7(grid), scaled, inv_d, lambda_min(grid), True)
 
 
-def lambda_min(grid: StencilGrid) -> float:
-    """The smallest eigenvalue of D^-1 A for the 7-point Dirichlet operator (k = 1)."""
-    inv = [1.0 / h**2 for h in grid.spacing]
-    lam = sum(
-        4 * c * math.sin(math.pi * h / 2) ** 2 for c, h in zip(inv, grid.spacing, strict=True)
-    )
-    return lam / (2 * sum(inv))
-
-
-def scale_for(grid: StencilGrid, b_max: float) -> float:
-    """sigma: a power of two with sigma * max|D^-1 b| / lambda_min near 2^10."""
-    if not b_max > 0:
-        return 1.0
-    d = float(diagonal(grid))
-    x_bound = b_max / d / lambda_min(grid)
-    return 2.0 ** round(math.log2(TARGET_MAGNITUDE / x_bound))
-
-
 def fused_dot(grid: StencilGrid, pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
     """fp32 dot products of several pairs with one wafer-wide allreduce: shape (len(pairs),),
     replicated (every PE holds the sums, as after the wafer's allreduce; `perf` prices the
@@ -191,6 +189,7 @@ class _Solver(NamedTuple):
     """The static things one solve closes over (built by `bicgstab`)."""
 
     grid: StencilGrid
+    apply: Callable[[jax.Array], jax.Array]  # A on fp32 fields (r_0 = b - A x0)
     spmv: Callable[[jax.Array], jax.Array]  # D^-1 A in the working precision
     lo: Callable[[jax.Array], jax.Array]  # cast to the working precision
     inv_d: float
@@ -219,44 +218,39 @@ def krylov_step(
     return k._replace(x=x, r=r, p=p, v=v, rho=rho_new, alpha=alpha, omega=omega)
 
 
-def _start(
-    sv: _Solver, b: jax.Array, x0: jax.Array | None, sigma
-) -> tuple[_State, jax.Array, jax.Array, jax.Array, jax.Array]:
-    """The first state, the scaled working-precision b, rho_0, ||r_0|| and sigma; sigma None
-    picks `scale_for`'s from max|b| (a max-allreduce). A start that under- or overflows the
-    working precision (r_0 = 0 there for b != 0, or non-finite) is a breakdown with
-    `sigma_fault` (hunt 78: fp16 flushed sigma=1 D^-1 b to 0 for b ~ 1e-7: x = 0 "converged")."""
-    grid, spmv, lo, inv_d = sv.grid, sv.spmv, sv.lo, sv.inv_d
-    b32 = b.astype(jnp.float32)
-    bmax = fabric.reduce(grid.wafer, jnp.max(jnp.abs(b32), axis=2), "max")
-    sigma = _sigma_for(sv, bmax) if sigma is None else jnp.asarray(sigma, jnp.float32)
-    b32 = b32 * (sigma * inv_d)
-    bs = lo(b32)
-    x = jnp.zeros_like(b32)
-    if x0 is not None:  # b = 0: x = 0 whatever x0, as SciPy (hunt 75)
-        x = jnp.where(bmax > 0, x0 * sigma, 0.0)
-    r32 = b32 - spmv(x) if x0 is not None else b32
+def _start(sv: _Solver, b: jax.Array, x0: jax.Array | None, sigma):
+    """The first state, the scaled working-precision r_0 (residual replacement's right-hand
+    side), rho_0, ||r_0||, sigma and the start x0 (0 without one, or for b = 0: x = 0
+    whatever x0, as SciPy, hunt 75). sigma None picks `scale_for`'s from max|r_0| (one
+    max-allreduce). A start the working precision cannot hold is a breakdown with
+    `sigma_fault` (`scaling.start_fault`)."""
+    grid, lo, f32 = sv.grid, sv.lo, jnp.float32
+    r0 = b.astype(f32)
+    if x0 is None:
+        r_max = fabric.reduce(grid.wafer, jnp.max(jnp.abs(r0), axis=2), "max")
+        x0 = jnp.zeros((), f32)
+    else:
+        rx0 = r0 - sv.apply(x0.astype(f32))  # r_0 in fp32, unscaled (1 / h^2 fits fp32)
+        maxes = [jnp.max(jnp.abs(v), axis=2) for v in (r0, rx0)]
+        b_max, r_max = fabric.reduce(grid.wafer, jnp.stack(maxes, axis=-1), "max")
+        x0 = jnp.where(b_max > 0, x0.astype(f32), 0.0)
+        r0, r_max = jnp.where(b_max > 0, rx0, 0.0), jnp.where(b_max > 0, r_max, 0.0)
+    sigma = sigma_for(r_max, sv.inv_d, sv.lambda_min) if sigma is None else sigma
+    sigma = jnp.asarray(sigma, f32)
+    r32 = r0 * (sigma * sv.inv_d)
     r = lo(r32)
-    del b32  # only the working-precision b stays alive (memory at the SC20 size)
     rr32, rr0 = fused_dot(grid, [(r32, r32), (r, r)])
-    lost = (rr0 == 0) & ((bmax > 0) if x0 is None else (rr32 > 0))  # flushed to zero
-    fault = lost | ~jnp.isfinite(rr0) | ~(jnp.isfinite(sigma) & (sigma > 0))
+    dots = functools.partial(fused_dot, grid)
+    fault = start_fault(dots, r32, r, rr32, rr0, r_max, sigma)
+    del r32, r0  # only the working-precision r_0 stays alive (memory at the SC20 size)
     r0norm = jnp.where(fault, 0.0, jnp.sqrt(rr0))
     start = jnp.where(fault, jnp.where(jnp.isfinite(rr32), 1.0, jnp.nan), r0norm > 0)
-    hist = history_buffer(sv.maxiter).at[0].set(start.astype(jnp.float32))
-    one = jnp.float32(1.0)
+    hist = history_buffer(sv.maxiter).at[0].set(start.astype(f32))
+    one = f32(1.0)
+    x = jnp.zeros_like(r, f32)
     k = Krylov(x, r, r, jnp.zeros_like(r), jnp.zeros_like(r), one, one, one)
     st = _State(k, rr0, jnp.int32(0), hist, fault, jnp.bool_(True), rr0)
-    return st, bs, rr0, r0norm, sigma
-
-
-def _sigma_for(sv: _Solver, bmax: jax.Array) -> jax.Array:
-    """`scale_for`'s power of two from a traced max|b| (1 for b = 0 or a non-finite b).
-    `ldexp`, not `exp2`: XLA's exp2(13) on a CPU is 8192.004, not a power of two."""
-    y = bmax * sv.inv_d / sv.lambda_min
-    ok = jnp.isfinite(y) & (y > 0)
-    e = jnp.round(jnp.log2(TARGET_MAGNITUDE / jnp.where(ok, y, 1.0)))
-    return jnp.where(ok, jnp.ldexp(jnp.float32(1.0), jnp.clip(e, -126, 127).astype(jnp.int32)), 1.0)
+    return st, r, rr0, r0norm, sigma, x0
 
 
 def _iterate(
@@ -314,18 +308,6 @@ def check_stop(tol: object, maxiter: object, *, least: int = 0, error: type = St
     require_int("maxiter", maxiter, least, INT32_MAX, error=error)  # a lifted limit: int32
 
 
-def _check_sigma(sigma: object) -> None:
-    """Refuse a sigma given as a number that is not positive and finite (a traced one is
-    checked in the solve: `sigma_fault`)."""
-    if sigma is None or isinstance(sigma, jax.Array):
-        return
-    if not (is_finite(sigma) and sigma > 0):  # type: ignore[operator]
-        raise StencilError(
-            f"sigma must be a positive finite number (a power of two: scale_for(grid, "
-            f"max|b|), or None to pick it from b), got {shown_setting(sigma)}"
-        )
-
-
 def solver_setup(
     grid: StencilGrid, precision: str, tol: float, maxiter: int, operator: Operator | None = None
 ):
@@ -353,11 +335,13 @@ def bicgstab(
     """`solve_fn(b, x0=None, sigma=None, *, rtol=None, limit=None) -> BicgstabResult` for
     A x = b (b an fp32 field), stopping on the recurrence residual.
 
-    `sigma` is the scaling of the module docstring (a traced scalar); None (the default)
-    picks `scale_for(grid, max|b|)`'s inside the solve (one max-allreduce; hunt 78: a fixed
-    1.0 flushed b ~ 1e-7 to zero in fp16 and overflowed b ~ 1). A sigma whose start under-
-    or overflows the working precision is flagged (`sigma_fault`, `breakdown`), never
-    converged; a Python number that is not positive and finite is refused (StencilError).
+    `sigma` is the scaling of the module docstring (a traced scalar) of r_0 = b - A x0 (b
+    without x0); None (the default) picks `scale_for(grid, max|r_0|)`'s inside the solve
+    (one max-allreduce; hunt 78: a fixed 1.0 flushed b ~ 1e-7 to zero in fp16 and overflowed
+    b ~ 1; sigma from b broke warm starts). A sigma whose start the working precision cannot
+    hold is flagged (`sigma_fault`, `breakdown`; `scaling.start_fault`), never converged; a
+    Python number that is not positive and finite is refused (StencilError). A breakdown
+    whose x is not finite returns the last kept iterate (module docstring), with its residual.
     Stops when the recurrence residual ||r|| / ||r_0|| <= tol (or the traced `rtol`), after
     `maxiter` (or the traced `limit`) iterations, or at a breakdown; `converged` says the
     first. The recurrence residual is not the true one: `refine` is what stops on the truth;
@@ -367,13 +351,13 @@ def bicgstab(
     dtype, op = solver_setup(grid, precision, tol, maxiter)
     lo = lambda s: s.astype(dtype)
     every = default_replace_every(precision) if replace_every is None else replace_every
-    sv = _Solver(grid, op.scaled, lo, op.inv_d, op.lambda_min, maxiter, every)
+    sv = _Solver(grid, op.apply, op.scaled, lo, op.inv_d, op.lambda_min, maxiter, every)
 
     def solve_fn(
         b: jax.Array, x0: jax.Array | None = None, sigma=None, *, rtol=None, limit=None
     ) -> BicgstabResult:
-        _check_sigma(sigma)
-        st, bs, rho0, r0norm, sigma = _start(sv, b, x0, sigma)
+        check_sigma(sigma)
+        st, bs, rho0, r0norm, sigma, x_start = _start(sv, b, x0, sigma)
         fault = st.breakdown
         stop_at = jnp.asarray(tol if rtol is None else rtol, jnp.float32) * r0norm
         cap = maxiter if limit is None else jnp.minimum(limit, maxiter)
@@ -382,13 +366,24 @@ def bicgstab(
             return (st.it < cap) & (jnp.sqrt(st.rr) > stop_at) & ~st.breakdown
 
         iterate = functools.partial(_iterate, sv, bs, r0norm)
-        st, _ = lax.while_loop(lambda c: cond(c[0]), iterate, (st, rho0))
-        x_out = jnp.where(fault, 0.0 if x0 is None else x0, st.k.x / sigma)
-        nan_x = x_out - x_out  # 0 where x is finite, NaN elsewhere
-        finite = fused_dot(grid, [(nan_x, nan_x)])[0] == 0
+
+        def chunk(c):  # `every` iterations; the iterate at their start kept (finite: it ran on)
+            (st, rho), _ = c
+            end = st.it + (every or KEEP_EVERY)
+            inner = lambda c: cond(c[0]) & (c[0].it < end)
+            return lax.while_loop(inner, iterate, (st, rho)), (st.k.x, st.rr)
+
+        first = ((st, rho0), (st.k.x, st.rr))
+        (st, _), (kept, kept_rr) = lax.while_loop(lambda c: cond(c[0][0]), chunk, first)
+        x_out, x_kept = (x_start + jnp.where(fault, 0.0, y / sigma) for y in (st.k.x, kept))
+        nan_x, nan_kept = x_out - x_out, x_kept - x_kept  # 0 where finite, NaN elsewhere
+        finite, kept_ok = fused_dot(grid, [(nan_x, nan_x), (nan_kept, nan_kept)]) == 0
         # b = 0 (r_0 = 0): x = 0 is exact, residual 0 (hunt 75: 0 / 0 said NaN)
-        res = jnp.where(r0norm > 0, jnp.sqrt(st.rr) / jnp.where(r0norm > 0, r0norm, 1.0), 0.0)
-        res = jnp.where(fault, st.history[0], jnp.where(finite, res, jnp.nan))
+        r0 = jnp.where(r0norm > 0, r0norm, 1.0)
+        res = jnp.where(r0norm > 0, jnp.sqrt(st.rr) / r0, 0.0)
+        kept_res = jnp.where(kept_ok, jnp.sqrt(kept_rr) / r0, jnp.nan)
+        x_out = jnp.where(finite, x_out, x_kept)  # a NaN x: the last kept iterate instead
+        res = jnp.where(fault, st.history[0], jnp.where(finite, res, kept_res))
         met = (jnp.sqrt(st.rr) <= stop_at) & finite & ~fault
         return BicgstabResult(x_out, st.it, res, st.history, st.breakdown, met, fault)
 
