@@ -43,14 +43,32 @@ L70B = wse_models.preset_config("llama3-70b", dtype="bfloat16")
 GPT2 = wse_models.preset_config("gpt2-1.5b", dtype="bfloat16")
 
 
-def _params(m) -> int:
-    """Every parameter by hand (Llama: untied head, RMS norms; GPT-2: tied, biases, LNs)."""
+def _layer(m) -> int:
+    """One layer's parameters by hand (GPT-2: biases and two LNs; Llama: two RMS norms)."""
     d, q, kv, f = m.d_model, m.n_heads * m.hd, m.n_kv_heads * m.hd, m.d_ff
     if m.arch == "gpt2":
-        layer = 2 * d * q + 2 * d * kv + 2 * d * f + (q + 2 * kv + d) + (f + d) + 4 * d
-        return m.vocab_size * d + m.max_seq_len * d + m.n_layers * layer + 2 * d
-    layer = 2 * d * q + 2 * d * kv + 3 * d * f + 2 * d
-    return 2 * m.vocab_size * d + m.n_layers * layer + d
+        return 2 * d * q + 2 * d * kv + 2 * d * f + (q + 2 * kv + d) + (f + d) + 4 * d
+    return 2 * d * q + 2 * d * kv + 3 * d * f + 2 * d
+
+
+def _params(m) -> int:
+    """Every parameter by hand (Llama: untied head, RMS norms; GPT-2: tied, biases, LNs)."""
+    d = m.d_model
+    if m.arch == "gpt2":
+        return m.vocab_size * d + m.max_seq_len * d + m.n_layers * _layer(m) + 2 * d
+    return 2 * m.vocab_size * d + m.n_layers * _layer(m) + d
+
+
+def _largest_stage(m, pp: int) -> int:
+    """The parameters of the stage holding the most, by hand: all at pp 1, else L / pp layers
+    and the first's embedding (GPT-2's positions too) or the last's final norm and head (a
+    copy of the tied embedding: Megatron's), whichever is more (hunt 78's review)."""
+    if pp == 1:
+        return _params(m)
+    d = m.d_model
+    first = m.vocab_size * d + (m.max_seq_len * d if m.arch == "gpt2" else 0)
+    last = m.vocab_size * d + (2 * d if m.arch == "gpt2" else d)
+    return m.n_layers // pp * _layer(m) + max(first, last)
 
 
 def _megatron(m, gpus: int, batch: int, seq: int) -> set[tuple[int, int, int]]:
@@ -145,7 +163,7 @@ def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
     sends = 0.0 if pp == 1 else 2 * micro * (2 * seq * d / tp / bw + lat)
     bubble = (busy + sends) * (pp - 1) / micro
     bw, lat = (NVLINK, NV_LAT) if _dp_ring_on_nvlink(tp, dp, pp) else (IB, IB_LAT)
-    grads = 2 * _params(m) / (tp * pp)
+    grads = 2 * _largest_stage(m, pp) / tp  # the largest stage's ring (hunt 78's review)
     ring = 0.0 if dp == 1 else 2 * (dp - 1) / dp * grads / bw + 2 * (dp - 1) * lat
     return busy + sends + bubble + max(0.0, ring - 2 / 3 * busy)
 

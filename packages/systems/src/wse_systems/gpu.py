@@ -42,8 +42,11 @@ tp GPUs, for the compute and the bubble. At pp > 1 each micro-batch sends its ac
 forward and its gradients back (`gpu_layout.stage_hop_s`: 1/tp a GPU on its own link,
 InfiniBand past one node); the pipeline bubble adds (pp - 1) / m of the busy time and the
 sends (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken to
-be inside the MFU (and in the floor below). Gradients (bf16, a stage's even share of the
-parameters) are ring-all-reduced over the data-parallel group, on NVLink where Megatron's
+be inside the MFU (and in the floor below). Gradients (bf16, over tp) are ring-all-reduced
+over the data-parallel group at the pace of the largest stage's ring (`gpu_layout.
+stage_params`: L / pp layers and the head on the last stage, where the compute puts it, or
+the embedding on the first; hunt 78's review: an even share of the parameters, num_params /
+pp, GPT-2 124M's at pp 12 22% of its end stages'), on NVLink where Megatron's
 rank order (tp innermost, then dp, then pp) puts each group in one node
 (`gpu_layout.dp_ring_in_node`; hunt 78: InfiniBand whenever the job spanned nodes, so 16
 GPUs of GPT-2 1.5B chose dp 2 x pp 8 at 38.1 ms over dp 8 x pp 2), else InfiniBand,
@@ -93,6 +96,7 @@ from wse_systems.gpu_layout import (
     min_train_gpus,
     no_layout_error,
     stage_hop_s,
+    stage_params,
 )
 from wse_systems.transformer import (
     DecoderShape,
@@ -100,7 +104,6 @@ from wse_systems.transformer import (
     attn_matmul_params,
     matmul_params,
     mlp_matmul_params,
-    num_params,
 )
 
 __all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY",
@@ -292,8 +295,10 @@ def train_floor(
 def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     """The step of `layout` at its busiest rank's pace (module docstring): the last stage's
     micro-batches (batch / dp; `layouts` keeps dp | batch), its sends, the bubble, and the
-    gradient ring's excess over 2/3 of the busy time, on NVLink where Megatron's rank order
-    (tp innermost, then dp, then pp) keeps each dp group in a node, else InfiniBand."""
+    excess over 2/3 of the busy time of the largest stage's gradient ring (`stage_params`
+    / tp bf16 values: the last stage's layers + head, or the first's layers + embedding), on
+    NVLink where Megatron's rank order (tp innermost, then dp, then pp) keeps each dp group
+    in a node, else InfiniBand."""
     tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
     micro = math.ceil(batch / dp)
     flops = micro * seq_len * stage_flops_per_token(model, seq_len, pp)
@@ -304,7 +309,7 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     in_node = dp_ring_in_node(tp, dp, pp, node)
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
-    grad_bytes = WEIGHT_BYTES * num_params(model) / (tp * pp)
+    grad_bytes = WEIGHT_BYTES * stage_params(model, pp) / tp  # the largest stage's ring
     ring = ring_allreduce_s(grad_bytes, dp, bw, lat)
     exposed = max(0.0, ring - busy * 2 / 3)
     step_s = busy + sends + bubble + exposed

@@ -16,10 +16,10 @@ weight. Every error is one line (a `WseError`, a `ValueError`).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
+from wse_core.divisors import divisors
 from wse_core.errors import WseError
 from wse_models.decoder import check_inputs
 
@@ -52,9 +52,8 @@ def micro_size(num_csx: int, global_batch: int, seq_len: int, micro_batch: int |
 
 
 def _divisors(n: int, most: int = 12) -> str:
-    """n's divisors ascending (in O(sqrt n)), the middle ones elided past `most`."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    every = small + [n // d for d in reversed(small) if d * d != n]
+    """n's divisors ascending (`wse_core.divisors`), the middle ones elided past `most`."""
+    every = divisors(n)
     if len(every) <= most:
         return str(every)
     half = most // 2

@@ -85,15 +85,6 @@ class GpuCounts(NamedTuple):
             return self.tps[0]
         return None if self.nodes is None else self.node * self.nodes[0]
 
-    def runs(self, num_gpus: int) -> bool:
-        """Whether `num_gpus` GPUs have a replica that holds the model (`replica_sizes`)."""
-        if num_gpus <= self.node:
-            return any(r <= num_gpus for r in self.tps)
-        whole = () if self.nodes is None else range(self.nodes[0], self.nodes[1] + 1)
-        return any(num_gpus % r == 0 for r in self.tps) or any(
-            num_gpus % (self.node * k) == 0 for k in whole
-        )
-
     def words(self) -> str:
         """The counts that run, as advice: "at least N GPUs (up to a node, then whole nodes)"
         where tp = a node runs (every whole node count from N then holds a replica, up to one

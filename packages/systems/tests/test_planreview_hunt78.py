@@ -1,0 +1,131 @@
+"""Review of hunt 78's GPU training plans (tag planreview78).
+
+1. `wse plan train -m gpt2-124m --tokens 1e17 --systems 20480 --batch 1048576` hung (killed
+   at 120 s): the GPU layouts listed the global batch's divisors (2^20 x 20480 = 2.1e10) by
+   trying every integer up to it. Oracles: sympy's `divisors` and brute force; the repro in
+   a subprocess bounded by its timeout.
+2. The gradient ring was priced at an even share of the parameters, num_params / (tp pp),
+   where the compute puts the head on the last stage. Oracle: the stages' parameters from
+   the published totals of GPT-2 124M (HF: 124,439,808 = 12 x 7,087,872 layers + 38,597,376
+   tokens + 786,432 positions + 1,536 final LN) and Llama 3 8B (8,030,261,248 = 32 x
+   218,112,000 + 2 x 525,336,576 untied + 4,096), and the ring formula and Megatron's rank
+   order written here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import sympy
+import wse_models
+from wse_core.divisors import divisors
+from wse_systems import gpu as gpum
+from wse_systems import gpu_layout
+
+GPT2_124M = wse_models.preset_config("gpt2-124m", dtype="bfloat16")
+L8B = wse_models.preset_config("llama3-8b", dtype="bfloat16")
+NODE, IB, IB_LAT, NVLINK, NV_LAT = 8, 50e9, 5e-6, 450e9, 1e-6  # H100 figures (gpu.py)
+# published parameter counts (HF model cards / config sums), not this stack's formula
+GPT2_LAYER, GPT2_WTE, GPT2_WPE, GPT2_LNF = 7_087_872, 38_597_376, 786_432, 1_536
+L8B_LAYER, L8B_EMBED, L8B_NORM = 218_112_000, 525_336_576, 4_096
+
+
+def test_divisors_are_sympys_and_brute_forces():
+    for n in range(1, 2000):
+        assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0], n
+    rng = random.Random(78)
+    for n in [2**32 * 5, 720720 * 20160, 10**12 + 39, 999_999_000_001]:
+        assert divisors(n) == sorted(sympy.divisors(n)), n
+    for _ in range(50):
+        n = rng.randrange(1, 10**10)
+        assert divisors(n) == sorted(sympy.divisors(n)), n
+    with pytest.raises(ValueError):
+        divisors(0)
+
+
+def _in_subprocess(code: str, timeout: int) -> str:
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=timeout, env={**os.environ, "COLUMNS": "300"})  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
+def test_train_counts_of_a_huge_batch_return_at_once():
+    # 2^20 x 20480 sequences: before, 2.1e10 trials (the plan was killed at 120 s)
+    batch = 2**20 * 20480
+    code = (
+        "import json, wse_models; from wse_systems import gpu_layout, gpu;"
+        "m = wse_models.preset_config('gpt2-124m', dtype='bfloat16');"
+        f"print(json.dumps(gpu_layout.train_counts(m, gpu.H100, seq_len=1024, batch={batch})))"
+    )
+    counts = json.loads(_in_subprocess(code, timeout=60))
+    # every count is dp x tp x pp with dp | batch and a split that fits, and each one has a
+    # layout (`layouts`, Megatron's rules: test_gputrain_hunt78's oracle checks them)
+    dps = sympy.divisors(batch)
+    assert counts == sorted(counts) and len(counts) == len(set(counts))
+    for n in counts[:40] + counts[-40:]:
+        assert any(True for _ in gpu_layout.layouts(GPT2_124M, gpum.H100, n, 1024, batch)), n
+    assert max(counts) <= max(dps) * NODE * GPT2_124M.n_layers
+
+
+@pytest.mark.slow
+def test_the_huge_plan_finishes_within_its_timeout():
+    code = (
+        "import sys; from wse_cli.entry import main; sys.argv = ['wse', 'plan', 'train', "
+        "'-m', 'gpt2-124m', '--tokens', '1e17', '--systems', '20480', '--batch', '1048576', "
+        "'--json']; main()"
+    )
+    plan = json.loads(_in_subprocess(code, timeout=120))  # before: still running at 120 s
+    assert plan["inputs"]["global_batch"] == 2**20 * 20480
+    assert (
+        plan["gpu"]["layout"]["dp"] * plan["gpu"]["layout"]["tp"] * plan["gpu"]["layout"]["pp"]
+        == plan["gpu"]["units"]
+    )
+
+
+GPT2_TOTAL = 12 * GPT2_LAYER + GPT2_WTE + GPT2_WPE + GPT2_LNF  # 124,439,808
+L8B_TOTAL = 32 * L8B_LAYER + 2 * L8B_EMBED + L8B_NORM  # 8,030,261,248
+# (the first stage's end, the last's): GPT-2's tied head is Megatron's copy on the last
+ENDS = {"gpt2-124m": (GPT2_WTE + GPT2_WPE, GPT2_LNF + GPT2_WTE),
+        "llama3-8b": (L8B_EMBED, L8B_NORM + L8B_EMBED)}  # fmt: skip
+
+
+@pytest.mark.parametrize("m,pp,want", [
+    (GPT2_124M, 1, GPT2_TOTAL),
+    (GPT2_124M, 2, 6 * GPT2_LAYER + GPT2_WTE + GPT2_WPE),  # the first: + the positions
+    (GPT2_124M, 12, GPT2_LAYER + GPT2_WTE + GPT2_WPE),
+    (L8B, 1, L8B_TOTAL),
+    (L8B, 2, 16 * L8B_LAYER + L8B_EMBED + L8B_NORM),  # the last: the head + the final norm
+    (L8B, 8, 4 * L8B_LAYER + L8B_EMBED + L8B_NORM),
+])  # fmt: skip
+def test_the_largest_stage_holds_its_layers_and_an_end(m, pp, want):
+    assert gpu_layout.stage_params(m, pp) == want
+    total = GPT2_TOTAL if m is GPT2_124M else L8B_TOTAL
+    assert want >= total / pp  # before: the even share (GPT-2 124M's at pp 12: 22% of this)
+
+
+def _ring_by_hand(params: int, tp: int, dp: int, pp: int) -> float:
+    """bf16 gradients over tp, ring all-reduced over dp (2 (p-1)/p n / bw + 2 (p-1) lat),
+    on NVLink only where Megatron's rank order t + tp (d + dp p) keeps each group in a node."""
+    groups = [[t + tp * (d + dp * p) for d in range(dp)] for p in range(pp) for t in range(tp)]
+    nvlink = all(len({r // NODE for r in g}) == 1 for g in groups)
+    bw, lat = (NVLINK, NV_LAT) if nvlink else (IB, IB_LAT)
+    return 2 * (dp - 1) / dp * 2 * params / tp / bw + 2 * (dp - 1) * lat
+
+
+@pytest.mark.parametrize("m,gpus", [(GPT2_124M, 64), (GPT2_124M, 256), (L8B, 1024), (L8B, 256)])
+def test_the_ring_priced_is_the_largest_stages(m, gpus):
+    # layouts at pp > 1 (2, 4, 8, 4) where the ring is exposed past the backward
+    s = gpum.train_step(m, gpum.H100, num_gpus=gpus, batch=16, seq_len=2048)
+    dp, tp, pp = s.layout.dp, s.layout.tp, s.layout.pp
+    layer = GPT2_LAYER if m is GPT2_124M else L8B_LAYER
+    params = m.n_layers // pp * layer + max(ENDS[m.name])
+    assert pp > 1 and s.exposed_allreduce_s > 0
+    assert s.allreduce_s == pytest.approx(_ring_by_hand(params, tp, dp, pp), rel=1e-12)
+    busy = max(s.compute_s, s.floor.floor_s)
+    assert s.exposed_allreduce_s == pytest.approx(s.allreduce_s - 2 / 3 * busy, rel=1e-12)
