@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
+from wse_core.divisors import divisors
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
 
@@ -86,10 +87,6 @@ DECODE_AXES = {
     "down": "rows",
     "lm_head": "cols",
 }
-
-
-def _divisors(a: int) -> list[int]:
-    return [g for g in range(1, a + 1) if a % g == 0]
 
 
 def _chain(p: int) -> tuple[int, int]:
@@ -140,7 +137,7 @@ def best_groups(a: int, nt: int, bytes_per_value: int, spec: WaferSpec) -> int:
     if key not in _BEST:
         cost = {
             g: sum(model.cost(w).cycles for _, w in _allreduce(a, g, nt, bytes_per_value))
-            for g in _divisors(a)
+            for g in divisors(a)
         }
         _BEST[key] = min(cost, key=lambda g: (cost[g], g))
     return _BEST[key]

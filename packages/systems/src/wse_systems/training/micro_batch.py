@@ -40,18 +40,13 @@ from collections.abc import Callable
 from typing import Any
 
 from wse_core import RunReport, SramBudgetError, WaferSpec
+from wse_core.divisors import divisors
 
 from wse_systems.training.plan import plan_activations
 
 __all__ = ["MODES", "divisors", "fits", "resolve_micro_batch", "plan_step"]
 
 MODES = ("auto", "explore", "none")  # besides an int (ModelZoo's micro_batch_size values)
-
-
-def divisors(n: int) -> list[int]:
-    """Every divisor of n >= 1, increasing (O(sqrt n))."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)})
 
 
 def fits(model: Any, spec: WaferSpec, micro_batch: int, seq_len: int, stride: int = 0,
