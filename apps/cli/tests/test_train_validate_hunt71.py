@@ -37,15 +37,16 @@ def _with_mode(config, mode: str):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A tiny training run of one step, then the same folder evaluated (mode eval) and run as
-    train_and_eval (nothing left to train: its eval line alone): each mode's log lines."""
+    """A tiny training run of one step, then the same folder run as train_and_eval (nothing
+    left to train: its eval line alone) and evaluated (mode eval): each mode's log lines. In
+    that order: a train_and_eval rerun evaluates no step whose eval is on record (hunt 78)."""
     tmp = tmp_path_factory.mktemp("modes")
     config = tiny_config(tmp, "runconfig.max_steps=1", "runconfig.checkpoint_steps=1",
                          "runconfig.mode=train", "runconfig.sample_tokens=0")  # fmt: skip
     params = tmp / "params.yaml"
     params.write_text(yaml.safe_dump(config.to_dict()))
     lines: dict[str, list[str]] = {}
-    for mode in ("train", "eval", "train_and_eval"):
+    for mode in ("train", "train_and_eval", "eval"):
         lines[mode] = []
         run_on_preset(_with_mode(config, mode), echo=lines[mode].append)
     return config, params, lines
