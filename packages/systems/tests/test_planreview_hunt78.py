@@ -2,8 +2,8 @@
 
 1. `wse plan train -m gpt2-124m --tokens 1e17 --systems 20480 --batch 1048576` hung (killed
    at 120 s): the GPU layouts listed the global batch's divisors (2^20 x 20480 = 2.1e10) by
-   trying every integer up to it. Oracles: sympy's `divisors` and brute force; the repro in
-   a subprocess bounded by its timeout.
+   trying every integer up to it. Oracles: products of the prime factorization and brute
+   force; the repro in a subprocess bounded by its timeout.
 2. The gradient ring was priced at an even share of the parameters, num_params / (tp pp),
    where the compute puts the head on the last stage. Oracle: the stages' parameters from
    the published totals of GPT-2 124M (HF: 124,439,808 = 12 x 7,087,872 layers + 38,597,376
@@ -21,7 +21,6 @@ import subprocess
 import sys
 
 import pytest
-import sympy
 import wse_models
 from wse_core.divisors import divisors
 from wse_systems import gpu as gpum
@@ -35,15 +34,28 @@ GPT2_LAYER, GPT2_WTE, GPT2_WPE, GPT2_LNF = 7_087_872, 38_597_376, 786_432, 1_536
 L8B_LAYER, L8B_EMBED, L8B_NORM = 218_112_000, 525_336_576, 4_096
 
 
-def test_divisors_are_sympys_and_brute_forces():
+def _by_factors(n: int) -> list[int]:
+    """Every product of n's prime powers (trial division), another route than divisors'."""
+    out, p = [1], 2
+    while p * p <= n:
+        k = 0
+        while n % p == 0:
+            n, k = n // p, k + 1
+        out = [d * p**e for d in out for e in range(k + 1)]
+        p += 1 if p == 2 else 2
+    out = out + [d * n for d in out] if n > 1 else out
+    return sorted(out)
+
+
+def test_divisors_are_the_factorizations_and_brute_forces():
     for n in range(1, 2000):
         assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0], n
     rng = random.Random(78)
     for n in [2**32 * 5, 720720 * 20160, 10**12 + 39, 999_999_000_001]:
-        assert divisors(n) == sorted(sympy.divisors(n)), n
+        assert divisors(n) == _by_factors(n), n
     for _ in range(50):
         n = rng.randrange(1, 10**10)
-        assert divisors(n) == sorted(sympy.divisors(n)), n
+        assert divisors(n) == _by_factors(n), n
     with pytest.raises(ValueError):
         divisors(0)
 
@@ -66,7 +78,7 @@ def test_train_counts_of_a_huge_batch_return_at_once():
     counts = json.loads(_in_subprocess(code, timeout=60))
     # every count is dp x tp x pp with dp | batch and a split that fits, and each one has a
     # layout (`layouts`, Megatron's rules: test_gputrain_hunt78's oracle checks them)
-    dps = sympy.divisors(batch)
+    dps = _by_factors(batch)
     assert counts == sorted(counts) and len(counts) == len(set(counts))
     for n in counts[:40] + counts[-40:]:
         assert any(True for _ in gpu_layout.layouts(GPT2_124M, gpum.H100, n, 1024, batch)), n
