@@ -9,7 +9,7 @@ of `shape`, not finite or past FIELD_MAX, `step` not one integer >= 0 or not the
 file's name says, `time` not one finite number >= 0, `lengths` (the domain's sides) not
 finite numbers > 0 (hunt 78: [0, -1, 1] was "restart with the --aspect it was written
 with"), and, given the run's domain, sides outside --aspect's range; given the run's case and
-domain, a step written by another. Values are shown as numbers (`shown_value`), never as
+domain, a step written by another. Values are shown as numbers (`shown_array`), never as
 array(...). Nothing is unpickled. `step_case(data)` is the case a step's arrays say they
 were written by (the restart reads a rayleigh-benard step's T as the full temperature by it).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from wse_core.errors import WseError, shown_setting
 
-__all__ = ["StepFileError", "latest_output", "read_step", "shown_value", "step_case", "step_of"]
+__all__ = ["StepFileError", "latest_output", "read_step", "shown_array", "step_case", "step_of"]
 
 _STEP_FILE = re.compile(r"step_(\d+)\.npz$")
 # The run is fp32: a field value past this has a square past fp32's range, so the kinetic
@@ -90,7 +90,7 @@ def read_step(
     step, t = data["step"], data["time"]  # hunt 60: a step of -5 or a time of inf ran on
     if step.shape != () or step.dtype.kind not in "iu" or not 0 <= step < 2**62:
         raise StepFileError(
-            f"--restart: {path}'s step must be one integer >= 0, got {shown_value(step)}"
+            f"--restart: {path}'s step must be one integer >= 0, got {shown_array(step)}"
         )
     named = _STEP_FILE.search(path.name)
     if named and int(named.group(1)) != int(step):  # hunt 64: --restart redid one step forever
@@ -100,7 +100,7 @@ def read_step(
         )
     if t.shape != () or t.dtype.kind not in "iuf" or not 0 <= t < np.inf:
         raise StepFileError(
-            f"--restart: {path}'s time must be one finite number >= 0, got {shown_value(t)}"
+            f"--restart: {path}'s time must be one finite number >= 0, got {shown_array(t)}"
         )
     if case is not None and (written := step_case(data)) not in (None, case):
         raise StepFileError(
@@ -114,7 +114,7 @@ def read_step(
     return data
 
 
-def shown_value(a: np.ndarray) -> str:
+def shown_array(a: np.ndarray) -> str:
     """A step file's array as a refusal shows it: one number or string as written (nan,
     -1e+300, 'rk9'), a larger array by its first values, dtype and shape."""
     a = np.asarray(a)
@@ -139,7 +139,7 @@ def _check_lengths(path: Path, a: np.ndarray, *, ranged: bool) -> None:
     allowed = f"in [{low:g}, {high:g}] (--aspect's range; the height is 1)" if ranged else "> 0"
     raise StepFileError(
         f"--restart: {path} is a damaged step file: its lengths (the domain's sides) must be "
-        f"finite numbers {allowed}, got {shown_value(a)}"
+        f"finite numbers {allowed}, got {shown_array(a)}"
     )
 
 

@@ -102,7 +102,6 @@ from wse_systems.transformer import (
     DecoderShape,
     attn_dim,
     attn_matmul_params,
-    matmul_params,
     mlp_matmul_params,
 )
 
@@ -227,14 +226,15 @@ def ring_allreduce_s(nbytes: float, p: int, bytes_per_s: float, latency_s: float
 
 
 def train_flops_per_token(model: DecoderShape, seq_len: int) -> float:
-    """6 N_matmul + 12 L (H Q) T: forward and backward, PaLM's accounting."""
-    return 6 * matmul_params(model) + 12 * model.n_layers * attn_dim(model) * seq_len
+    """6 N_matmul + 12 L (H Q) T: forward and backward, PaLM's accounting (every stage's:
+    `stage_flops_per_token` at pp 1)."""
+    return stage_flops_per_token(model, seq_len, 1)
 
 
 def stage_flops_per_token(model: DecoderShape, seq_len: int, pp: int) -> float:
     """The busiest pipeline stage's share of `train_flops_per_token` (module docstring): L /
-    pp layers' 6 x weights + 12 (H Q) T each, and the output head's 6 d V on the last stage.
-    At pp 1, all of it."""
+    pp layers' 6 x weights + 12 (H Q) T each, and the output head's 6 d V on the last stage
+    (with the layers' weights, N_matmul). At pp 1, all of it."""
     layer = 6 * (attn_matmul_params(model) + mlp_matmul_params(model))
     layer += 12 * attn_dim(model) * seq_len
     return model.n_layers // pp * layer + 6 * model.vocab_size * model.d_model

@@ -16,7 +16,7 @@ import optax
 import wse_models
 
 from wse_trainer.replica import token_loss
-from wse_trainer.step_inputs import check_ids
+from wse_trainer.step_inputs import check_targets
 
 __all__ = ["loss_fn", "fused_step"]
 
@@ -25,7 +25,8 @@ def loss_fn(model: Any, params: Any, batch: jax.Array, segments: Any = None) -> 
     """Mean next-token cross-entropy of `batch` rows (B, S + 1); `segments`: packed
     documents of the inputs (`data.Segments`), or None. Ids outside the vocabulary, inputs
     or targets, are a `ModelError` where their values are known (not under `jit`)."""
-    check_ids(model, batch, segments)  # a target's bad id gave a NaN loss (hunt 78)
+    check_targets(model, batch)  # hunt 78: a bad target id gave a NaN loss (`forward`
+    # checks the inputs)
     tokens, targets = batch[:, :-1], batch[:, 1:]
     if segments is None:
         logits, _ = wse_models.forward(model, params, tokens)

@@ -286,23 +286,23 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
         run_cfg = config.runconfig
         end = run_cfg.max_steps if run_cfg.num_steps is None else start + run_cfg.num_steps
         end = min(end, run_cfg.max_steps)
+        trains = run_cfg.mode != "eval" and end > start
+        # hunt 78: a rerun that trains nothing evaluates no step whose eval is on record
+        rerun = not trains and run_cfg.mode == "train_and_eval"
         primary, on_file = is_primary(), []
         if primary:
             log = _open_log(s, start, echo)
-            on_file = params_on_file(s.dir)  # what the evals on record ran with, read before
-            _save_params(s)  # this run's replace them
+            on_file = params_on_file(s.dir) if rerun else []  # what the evals on record ran
+            _save_params(s)  # with, read before this run's replace them
         result = RunResult(s.dir, start, {}, restored=s.trainer.memx.params is not initial)
         for note in notes:
             log.line(note)
         if start:
             log.line(f"resumed from checkpoint step {start}")
-        trains = run_cfg.mode != "eval" and end > start
-        # hunt 78: a rerun that trains nothing evaluates no step whose eval is on record
-        rerun = not trains and run_cfg.mode == "train_and_eval"
         held = eval_on_record(log, start, s, on_file) if rerun else None
         result.report = s.prediction if trains else None  # hunt 70: priced what never ran
         evals = run_cfg.mode != "train" and held is None
-        for note in filter(None, [_eval_note(s) if evals else None]):  # none where none runs
+        if evals and (note := _eval_note(s)):  # none where none runs
             log.line(note)
         lines, result.eval_report = run_lines(s, trains=trains, evals=evals)
         for line in lines:  # what the run runs, priced (`wse_trainer.predicted`)

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from wse_core.host.atomic import write_atomically
 from wse_core.host.readers import not_regular
 
 from wse_trainer.config import ConfigError
 
-__all__ = ["EVENTS_PREFIX", "FOLDERS", "check_entry", "check_inner", "write_entry", "special"]
+__all__ = ["EVENTS_PREFIX", "FOLDERS", "check_entry", "check_inner", "refuse", "special",
+           "write_entry"]  # fmt: skip
 
 EVENTS_PREFIX = "events.out.tfevents"  # TensorBoard's event files (`tensorboard_events`)
 # The model_dir entries a run makes as folders; the others it writes (or reads) as files
@@ -61,14 +63,14 @@ def check_inner(model_dir: Path) -> None:
         for name in names:
             if name == f"params_{mode}.yaml" or name.startswith(EVENTS_PREFIX):
                 if why := special(folder / name):
-                    raise ConfigError(_refusal(folder / name, why))
+                    refuse(folder / name, why)
 
 
 def write_entry(path: Path, text: str) -> None:
     """`path` (a run folder's file) holds `text`, written whole or not at all; a ConfigError
     where a symlink or anything but a regular file is there."""
     if why := special(path):
-        raise ConfigError(_refusal(path, why))
+        refuse(path, why)
     write_atomically(path, text)
 
 
@@ -81,8 +83,10 @@ def special(path: Path) -> str | None:
     return not_regular(path)
 
 
-def _refusal(path: Path, why: str) -> str:
-    return f"{str(path)!r} {why}; move it away, or give a new model_dir (-o)"
+def refuse(path: Path, why: str) -> NoReturn:
+    """The one-line ConfigError for a run's file `path` that cannot be written or read: `why`
+    (`special`'s words), then the remedy."""
+    raise ConfigError(f"{str(path)!r} {why}; move it away, or give a new model_dir (-o)")
 
 
 def _kind(entry: Path, want: str) -> str:

@@ -23,7 +23,7 @@ from wse_core.divisors import divisors
 from wse_core.errors import WseError
 from wse_models.decoder import check_inputs
 
-__all__ = ["micro_size", "check_batch", "check_ids"]
+__all__ = ["micro_size", "check_batch", "check_ids", "check_targets"]
 
 
 def micro_size(num_csx: int, global_batch: int, seq_len: int, micro_batch: int | None) -> int:
@@ -86,4 +86,11 @@ def check_ids(model: Any, batch: Any, segments: Any = None) -> None:
     is checked of values that are not known (under `jit`), as `check_inputs` does."""
     rows = np.asarray(batch) if isinstance(batch, list | tuple) else batch
     check_inputs(model, rows[:, :-1], None if segments is None else segments[1])
-    check_inputs(model, rows[:, -1:])  # the targets' one id the inputs do not hold
+    check_targets(model, rows)
+
+
+def check_targets(model: Any, batch: Any) -> None:
+    """`ModelError` where the targets' one id the inputs do not hold (each row's last) is
+    outside the vocabulary: the rest are inputs, which `wse_models.forward` checks itself."""
+    rows = np.asarray(batch) if isinstance(batch, list | tuple) else batch
+    check_inputs(model, rows[:, -1:])

@@ -57,11 +57,11 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
-from wse_trainer.run_entries import EVENTS_PREFIX, special
+from wse_trainer.run_entries import EVENTS_PREFIX, refuse, special
 
 __all__ = ["EventFile", "drop_scalars", "event_files", "trim_events"]
 
@@ -130,21 +130,15 @@ def _read_bounded(path: Path) -> bytes | None:
     try:
         fd = os.open(path, flags)
     except OSError as e:
-        _refuse(path, special(path) or f"cannot be read ({e.strerror})")
+        refuse(path, special(path) or f"cannot be read ({e.strerror})")
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):  # before fdopen: a folder's is an IsADirectoryError
         os.close(fd)
-        _refuse(path, special(path) or "is a special file, not a regular file")
+        refuse(path, special(path) or "is a special file, not a regular file")
     with os.fdopen(fd, "rb") as f:
         size, cap = st.st_size, limit("file_bytes")
         data = b"" if size > cap else f.read(size + 1)  # a byte more: one growing meanwhile
     return None if size > cap or len(data) > cap else data
-
-
-def _refuse(path: Path, why: str) -> NoReturn:
-    from wse_trainer.config import ConfigError
-
-    raise ConfigError(f"{str(path)!r} {why}; move it away, or give a new model_dir (-o)")
 
 
 def _unbounded_note(path: Path) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from wse_hpc.cfd_steps import shown_value
+from wse_hpc.cfd_steps import shown_array
 from wse_hpc.fields.grid import FieldError
 from wse_hpc.fields.run_config import DT_MIN, RANGES, TIME_SCHEMES
 
@@ -68,7 +68,7 @@ def _value(path: Path, data: dict[str, np.ndarray], key: str) -> float | str | N
     text = key == "time_scheme"
     if a.shape != () or a.dtype.kind not in ("U" if text else "iuf"):
         kind = "one string" if text else "one number"
-        raise FieldError(f"--restart: {path}'s {key} must be {kind}, got {shown_value(a)}")
+        raise FieldError(f"--restart: {path}'s {key} must be {kind}, got {shown_array(a)}")
     value = str(a) if text else float(a)
     if text:
         ok, allowed = value in TIME_SCHEMES, f"one of {', '.join(TIME_SCHEMES)}"
@@ -81,7 +81,7 @@ def _value(path: Path, data: dict[str, np.ndarray], key: str) -> float | str | N
         option = "--dt" if key == "dt" else CHECKED[key]
         raise FieldError(
             f"--restart: {path} is a damaged step file: its {key} must be {allowed} (as "
-            f"{option}), got {shown_value(a)}"
+            f"{option}), got {shown_array(a)}"
         )
     return value
 

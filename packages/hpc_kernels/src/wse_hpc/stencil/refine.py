@@ -74,6 +74,7 @@ from wse_hpc.stencil.bicgstab import (
 )
 from wse_hpc.stencil.placement import StencilGrid
 from wse_hpc.stencil.reach import CERTIFY_FLOOR
+from wse_hpc.stencil.scaling import power_of_two_near
 
 __all__ = [
     "CERTIFY_FLOOR",
@@ -191,11 +192,10 @@ def _residual(rf: _Refiner, b, x, x_lo):
 
 def _sigma(rf: _Refiner, rnorm: jax.Array) -> jax.Array:
     """The power of two that keeps |y| near TARGET_MAGNITUDE for a residual of norm rnorm
-    (||r|| >= max |r|: the bound of `bicgstab.scale_for` without a max-reduction). `ldexp`,
-    not `exp2`: XLA's jitted exp2(13) on a CPU is 8192.004, and sigma' / sigma must be exact."""
+    (||r|| >= max |r|: the bound of `bicgstab.scale_for` without a max-reduction), exact
+    (`scaling.power_of_two_near`), so the rescale sigma' / sigma is too."""
     rnorm = jnp.maximum(rnorm, jnp.finfo(jnp.float32).tiny)
-    e = jnp.round(jnp.log2(TARGET_MAGNITUDE / (rnorm * rf.bound_per_r)))
-    return jnp.ldexp(jnp.float32(1.0), jnp.clip(e, -126, 127).astype(jnp.int32))
+    return power_of_two_near(TARGET_MAGNITUDE / (rnorm * rf.bound_per_r))
 
 
 def _update(rf: _Refiner, b: jax.Array, bnorm: jax.Array, bad: jax.Array, c: _Carry) -> _Carry:

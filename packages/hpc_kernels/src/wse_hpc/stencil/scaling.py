@@ -34,6 +34,7 @@ __all__ = [
     "TARGET_MAGNITUDE",
     "check_sigma",
     "lambda_min",
+    "power_of_two_near",
     "scale_for",
     "sigma_for",
     "start_fault",
@@ -63,12 +64,18 @@ def scale_for(grid: StencilGrid, b_max: float) -> float:
 
 
 def sigma_for(r_max: jax.Array, inv_d: float, lam_min: float) -> jax.Array:
-    """`scale_for`'s power of two from a traced max|r_0| (1 for r_0 = 0 or a non-finite one).
-    `ldexp`, not `exp2`: XLA's exp2(13) on a CPU is 8192.004, not a power of two."""
+    """`scale_for`'s power of two from a traced max|r_0| (1 for r_0 = 0 or a non-finite one)."""
     y = r_max * inv_d / lam_min
     ok = jnp.isfinite(y) & (y > 0)
-    e = jnp.round(jnp.log2(TARGET_MAGNITUDE / jnp.where(ok, y, 1.0)))
-    return jnp.where(ok, jnp.ldexp(jnp.float32(1.0), jnp.clip(e, -126, 127).astype(jnp.int32)), 1.0)
+    return jnp.where(ok, power_of_two_near(TARGET_MAGNITUDE / jnp.where(ok, y, 1.0)), 1.0)
+
+
+def power_of_two_near(x: jax.Array) -> jax.Array:
+    """The fp32 power of two nearest `x` (> 0) in log2, within fp32's normal range: a traced
+    sigma, exact, so a rescale sigma' / sigma is too (`ldexp`, not `exp2`: XLA's jitted
+    exp2(13) on a CPU is 8192.004)."""
+    e = jnp.clip(jnp.round(jnp.log2(x)), -126, 127).astype(jnp.int32)
+    return jnp.ldexp(jnp.float32(1.0), e)
 
 
 def start_fault(dots: Callable, r32, r, rr32, rr0, r_max, sigma) -> jax.Array:

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 from wse_core import WaferSpec
 from wse_core.cost.assumptions import system_constant
 from wse_core.cost.reads import recording
+from wse_core.divisors import divisors
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
@@ -134,9 +135,8 @@ def _micro_batch(choice: ModelChoice, asked: int | str | None, per_system: int |
     if not isinstance(micro, int) or per_system is None or per_system % micro == 0:
         return micro
     source = _source(choice, asked, micro)
-    small = [d for d in range(1, math.isqrt(per_system) + 1) if per_system % d == 0]
-    divisors = {*small, *(per_system // d for d in small)}
-    near = sorted(sorted(divisors, key=lambda d: abs(math.log(d / micro)))[:3], reverse=True)
+    by_distance = sorted(divisors(per_system), key=lambda d: abs(math.log(d / micro)))
+    near = sorted(by_distance[:3], reverse=True)
     raise PlanError(
         f"{source} does not divide the per-system batch of {per_system} ({why}); give "
         f"--micro-batch {', '.join(map(str, near))} or auto"

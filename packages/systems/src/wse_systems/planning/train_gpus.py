@@ -66,17 +66,18 @@ class GpuPlan(NamedTuple):
 
 
 def gpu_count(
-    shape: DecoderShape, g: gpum.GpuSpec, job: GpuJob, *, asked: int | None, start: int
+    shape: DecoderShape, g: gpum.GpuSpec, job: GpuJob, *, asked: int | None, start: int,
+    counts: list[int],
 ) -> tuple[int | None, str | None]:  # fmt: skip
     """(GPUs priced, a note where the default moved or has no count near it). `asked` is
     priced as given (a count with no layout is refused by the step, naming the nearest);
     the default, max(8 a wafer system, the whole nodes that hold `start` GPUs), moves to the
-    nearest whole-node count at or above it with a layout, up to `NEAR` x it, else None."""
-    node = g.gpus_per_node
-    default = max(8 * job.systems, node * math.ceil(start / node))
+    nearest whole-node count at or above it among `counts` (those with a layout:
+    `gpu_layout.train_counts`), up to `NEAR` x it, else None."""
     if asked:
         return asked, None
-    counts = train_counts(shape, g, seq_len=job.seq, batch=job.global_batch)
+    node = g.gpus_per_node
+    default = max(8 * job.systems, node * math.ceil(start / node))
     if default in counts:
         return default, None
     up = next((c for c in counts if c >= default and c % node == 0 and c <= NEAR * default),
@@ -157,7 +158,8 @@ def price_gpus(
     except gpum.GpuMemoryError as e:  # the wafers alone
         why = "tensor parallel <= a node, pipeline dividing the layers"
         return GpuPlan(None, None, None, [f"GPUs: {e} ({why}): no GPU side"])
-    m, moved = gpu_count(shape, g_run, job, asked=asked, start=start)
+    counts = train_counts(shape, g_run, seq_len=job.seq, batch=job.global_batch)
+    m, moved = gpu_count(shape, g_run, job, asked=asked, start=start, counts=counts)
     if m is None:
         return GpuPlan(None, None, None, [moved])
     with recording() as g_reads:  # `job.mfu` None: gpu.train_mfu is read where it prices
@@ -169,7 +171,6 @@ def price_gpus(
                             mfu=job.mfu)  # fmt: skip
         return job.steps * s.step_s
 
-    counts = train_counts(shape, g_run, seq_len=job.seq, batch=job.global_batch)
     match = match_gpus(_unless_oom(time_on), target_s, counts=counts, node=g_run.gpus_per_node)
     notes = [floor_note(side.figures), layout_note(side.figures)]
     return GpuPlan(m, side, match, [moved, *notes] if moved else notes)

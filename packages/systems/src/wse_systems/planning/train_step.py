@@ -144,13 +144,12 @@ def default_batch(
             speed[b] = step(b).extra["tokens_per_s"]
         except WseError:  # not placeable, or the micro-batch asked does not divide it
             continue
-    if least not in speed and not speed:
+    if not speed:
         return least, f"{least}: the smallest batch whose streams add <= 1% of the step"
+    best = max(speed, key=lambda b: (speed[b], -b))
     if least not in speed:  # hunt 78: least was kept, and the micro-batch asked refused it
-        best = max(speed, key=lambda b: (speed[b], -b))
         return best, (f"{best}: the fastest of the batches near {least} that run (the smallest "
                       f"whose streams add <= 1% of the step does not)")  # fmt: skip
-    best = max(speed, key=lambda b: (speed[b], -b))
     tried = ", ".join(f"{b} ({speed[b]:,.0f} tokens/s)" for b in sorted(speed))
     if speed[best] <= 1.01 * speed[least]:
         return least, (f"{least}: the smallest batch whose streams add <= 1% of the step; "

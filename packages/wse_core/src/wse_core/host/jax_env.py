@@ -129,8 +129,6 @@ def _check_platform_name(value: str) -> None:
     """JAX_PLATFORM_NAME (JAX lowercases it): cpu, a GPU with its plugin, a TPU with libtpu,
     or another installed plugin's platform; JAX refused anything else at the backend's start
     ("Backend 'tpu' failed to initialize ...", a traceback)."""
-    import importlib.util
-
     name = value.lower()
     if name in ("", "cpu"):
         return
@@ -153,7 +151,6 @@ def _plugins() -> list[str]:
     """The names of the JAX plugins installed (`jax_plugins.*` modules and entry points, as
     `jax._src.xla_bridge.discover_pjrt_plugins` finds them), lowercased; without JAX."""
     import importlib.metadata
-    import importlib.util
     import pkgutil
 
     try:
