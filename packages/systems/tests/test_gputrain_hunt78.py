@@ -71,6 +71,23 @@ def _largest_stage(m, pp: int) -> int:
     return m.n_layers // pp * _layer(m) + max(first, last)
 
 
+def _busiest_stage_bytes(m, seq: int, tp: int, pp: int) -> float:
+    """Hunt 79: the busier of the first and last stage by hand (Megatron's theoretical memory
+    accounting, 1F1B): 16 bytes a parameter of the stage's own, pp (first) or 1 (last)
+    micro-batches' L / pp layer inputs (2 s d bytes), one layer's working set (34 s d), the
+    first's int64 ids (8 s a micro-batch in flight), the last's logits (4 s (d + V)); over tp.
+    Before: an even share of the parameters and L layer inputs on every GPU."""
+    d, n = m.d_model, m.n_layers // pp
+    ids, logits, working = 8 * seq, 4 * seq * (d + m.vocab_size), 34 * seq * d
+    if pp == 1:
+        return (16 * _params(m) + m.n_layers * 2 * seq * d + working + ids + logits) / tp
+    first_p = n * _layer(m) + m.vocab_size * d + (m.max_seq_len * d if m.arch == "gpt2" else 0)
+    last_p = n * _layer(m) + m.vocab_size * d + (2 * d if m.arch == "gpt2" else d)
+    first = 16 * first_p + pp * n * 2 * seq * d + working + pp * ids
+    last = 16 * last_p + n * 2 * seq * d + working + logits
+    return max(first, last) / tp
+
+
 def _megatron(m, gpus: int, batch: int, seq: int) -> set[tuple[int, int, int]]:
     """Every (dp, tp, pp) Megatron-LM runs on `gpus` H100s (module docstring's checks)."""
     out = set()
@@ -82,8 +99,7 @@ def _megatron(m, gpus: int, batch: int, seq: int) -> set[tuple[int, int, int]]:
         for pp in range(1, m.n_layers + 1):
             if m.n_layers % pp or gpus % (tp * pp) or batch % (gpus // (tp * pp)):
                 continue
-            need = 16 * _params(m) / (tp * pp) + (m.n_layers * 2 + 34) * seq * m.d_model / tp
-            if need <= HBM:
+            if _busiest_stage_bytes(m, seq, tp, pp) <= HBM:
                 out.add((gpus // (tp * pp), tp, pp))
     return out
 
@@ -165,7 +181,13 @@ def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
     bw, lat = (NVLINK, NV_LAT) if _dp_ring_on_nvlink(tp, dp, pp) else (IB, IB_LAT)
     grads = 2 * _largest_stage(m, pp) / tp  # the largest stage's ring (hunt 78's review)
     ring = 0.0 if dp == 1 else 2 * (dp - 1) / dp * grads / bw + 2 * (dp - 1) * lat
-    return busy + sends + bubble + max(0.0, ring - 2 / 3 * busy)
+    tied = 0.0  # hunt 79: the tied table's gradient summed by each first/last stage pair
+    if m.tie_embeddings and pp > 1:
+        pairs = [(r, r + tp * dp * (pp - 1)) for r in range(tp * dp)]
+        near = all(a // NODE == b // NODE for a, b in pairs)
+        bw, lat = (NVLINK, NV_LAT) if near else (IB, IB_LAT)
+        tied = 2 * m.vocab_size * d / tp / bw + 2 * lat  # a ring of 2
+    return busy + sends + bubble + max(0.0, ring - 2 / 3 * busy) + tied
 
 
 def test_the_gradient_ring_is_on_nvlink_where_its_group_sits_in_a_node():

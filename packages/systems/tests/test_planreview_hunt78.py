@@ -130,9 +130,11 @@ def _ring_by_hand(params: int, tp: int, dp: int, pp: int) -> float:
     return 2 * (dp - 1) / dp * 2 * params / tp / bw + 2 * (dp - 1) * lat
 
 
-@pytest.mark.parametrize("m,gpus", [(GPT2_124M, 64), (GPT2_124M, 256), (L8B, 1024), (L8B, 256)])
+@pytest.mark.parametrize("m,gpus", [(GPT2_124M, 128), (GPT2_124M, 256), (L8B, 1024), (L8B, 256)])
 def test_the_ring_priced_is_the_largest_stages(m, gpus):
-    # layouts at pp > 1 (2, 4, 8, 4) where the ring is exposed past the backward
+    # layouts at pp > 1 (2, 4, 8, 4) where the ring is exposed past the backward (hunt 79:
+    # GPT-2 on 64 GPUs ran pp 2 before its tied table's all-reduce over IB was priced; now
+    # dp 16 x tp 4 x pp 1, so 128)
     s = gpum.train_step(m, gpum.H100, num_gpus=gpus, batch=16, seq_len=2048)
     dp, tp, pp = s.layout.dp, s.layout.tp, s.layout.pp
     layer = GPT2_LAYER if m is GPT2_124M else L8B_LAYER

@@ -50,7 +50,10 @@ pp, GPT-2 124M's at pp 12 22% of its end stages'), on NVLink where Megatron's
 rank order (tp innermost, then dp, then pp) puts each group in one node
 (`gpu_layout.dp_ring_in_node`; hunt 78: InfiniBand whenever the job spanned nodes, so 16
 GPUs of GPT-2 1.5B chose dp 2 x pp 8 at 38.1 ms over dp 8 x pp 2), else InfiniBand,
-overlapping the backward pass (2/3 of the busy time): only the excess is exposed.
+overlapping the backward pass (2/3 of the busy time): only the excess is exposed. Tied
+embeddings at pp > 1 add the embedding group's all-reduce of the word embeddings' gradient
+between the first and the last stage, after the backward (`gpu_layout.embedding_allreduce_s`;
+hunt 79: unpriced).
 
 The step's floor (`train_floor`; hunt 76: a 2-layer model's step was 36 ns on 8 H100s): the
 busy time is at least the kernels a step launches, in the serving forward's units for every
@@ -66,7 +69,8 @@ activations a layer, latency included (Megatron's 2 forward and 2 backward, Shoe
 MFU is measured with its launches and tensor-parallel traffic inside, so a compute-bound
 step does not move; the bubble and the gradient ring's overlap scale with the busy time.
 
-Ring all-reduce (`ring_allreduce_s`): 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1) x latency.
+Ring all-reduce (`gpu_layout.ring_allreduce_s`): 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1)
+x latency.
 """
 
 from __future__ import annotations
@@ -92,9 +96,11 @@ from wse_systems.gpu_layout import (
     GpuMemoryError,
     TrainLayout,
     dp_ring_in_node,
+    embedding_allreduce_s,
     layouts,
     min_train_gpus,
     no_layout_error,
+    ring_allreduce_s,
     stage_hop_s,
     stage_params,
 )
@@ -108,7 +114,7 @@ from wse_systems.transformer import (
 __all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY",
            "GpuSpec", "GpuMemoryError", "GpuLayoutError", "ModelShape", "TrainLayout",
            "TrainStep", "TrainFloor", "gpu_spec", "ring_allreduce_s", "train_flops_per_token",
-           "stage_flops_per_token",
+           "stage_flops_per_token", "embedding_allreduce_s",
            "train_step", "train_floor", "TRAIN_PASSES", "AROUND_PASSES",
            "OPTIMIZER_KERNELS_PER_LAYER", "TP_ALLREDUCES_PER_LAYER", "min_train_gpus"]  # fmt: skip
 
@@ -218,13 +224,6 @@ class ModelShape:
         return config
 
 
-def ring_allreduce_s(nbytes: float, p: int, bytes_per_s: float, latency_s: float) -> float:
-    """Ring all-reduce of `nbytes` over `p` GPUs: 2(p-1)/p bytes/bw + 2(p-1) latency."""
-    if p <= 1:
-        return 0.0
-    return 2 * (p - 1) / p * nbytes / bytes_per_s + 2 * (p - 1) * latency_s
-
-
 def train_flops_per_token(model: DecoderShape, seq_len: int) -> float:
     """6 N_matmul + 12 L (H Q) T: forward and backward, PaLM's accounting (every stage's:
     `stage_flops_per_token` at pp 1)."""
@@ -264,6 +263,7 @@ class TrainStep:
     layout: TrainLayout
     floor: TrainFloor  # the kernels' and tp all-reduces' floor (`train_floor`)
     stage_sends_s: float = 0.0  # pp > 1: a rank's sends between stages, no bubble (hunt 77)
+    embedding_allreduce_s: float = 0.0  # tied, pp > 1: first + last stage's sum (hunt 79)
 
     @property
     def bound(self) -> str:  # what sets the busy time
@@ -298,7 +298,8 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     excess over 2/3 of the busy time of the largest stage's gradient ring (`stage_params`
     / tp bf16 values: the last stage's layers + head, or the first's layers + embedding), on
     NVLink where Megatron's rank order (tp innermost, then dp, then pp) keeps each dp group
-    in a node, else InfiniBand."""
+    in a node, else InfiniBand; and, tied embeddings at pp > 1, the embedding group's
+    all-reduce after it (`embedding_allreduce_s`)."""
     tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
     micro = math.ceil(batch / dp)
     flops = micro * seq_len * stage_flops_per_token(model, seq_len, pp)
@@ -312,8 +313,9 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     grad_bytes = WEIGHT_BYTES * stage_params(model, pp) / tp  # the largest stage's ring
     ring = ring_allreduce_s(grad_bytes, dp, bw, lat)
     exposed = max(0.0, ring - busy * 2 / 3)
-    step_s = busy + sends + bubble + exposed
-    return TrainStep(step_s, compute, bubble, ring, exposed, layout, floor, sends)
+    tied = embedding_allreduce_s(model, gpu, layout)
+    step_s = busy + sends + bubble + exposed + tied
+    return TrainStep(step_s, compute, bubble, ring, exposed, layout, floor, sends, tied)
 
 
 def train_step(

@@ -1,16 +1,41 @@
 """A training job's layouts on GPUs (data x tensor x pipeline parallel): the bytes each GPU
-holds (`train_bytes`), the layouts Megatron-LM runs (`layouts`), the fewest GPUs that hold
-the training state (`min_train_gpus`), the refusal where no layout runs (`no_layout_error`),
-the sends between pipeline stages (`stage_hop_s`) and the parameters of the stage whose
-gradient ring is largest (`stage_params`). `wse_systems.gpu` prices a step on
-them (`train_step`) and re-exports their public names; split out of it at hunt 77, when it
-reached 400 lines.
+holds (`train_bytes`: the busiest stage's, `stage_bytes`), the layouts Megatron-LM runs
+(`layouts`), the fewest GPUs that hold the training state (`min_train_gpus`), the refusal
+where no layout runs (`no_layout_error`), the sends between pipeline stages (`stage_hop_s`),
+the ring all-reduce (`ring_allreduce_s`), the tied embeddings' all-reduce between the first
+and the last stage (`embedding_allreduce_s`) and the parameters of the stage whose gradient
+ring is largest (`stage_params`). `wse_systems.gpu` prices a step on them (`train_step`) and
+re-exports their public names; split out of it at hunt 77, when it reached 400 lines.
 
-Memory: 16 bytes per parameter (bf16 weights and gradients, fp32 master and two Adam
-moments; ZeRO's mixed precision accounting) over tp x pp GPUs, plus activations under full
-recompute (each layer's bf16 input kept, 2 s d bytes a sequence a layer, and one layer's
-working set 34 s d bytes, Korthikanti et al. 2022 with flash attention), micro-batches of
-one sequence, within `USABLE_MEMORY` of HBM.
+Memory (`stage_bytes`), priced per pipeline stage, the busiest one what must fit (hunt 79:
+an even share, num_params / (tp pp) + L layer inputs, was priced for every GPU, so a layout
+whose last stage holds the output head and the logits passed where that stage overflows).
+Megatron-LM's accounting (megatron/training/theoretical_memory_usage.py,
+`compute_weight_and_optimizer_memory` and `compute_activation_memory`, behind
+`report_theoretical_memory`), each stage's GPU over tp:
+- states: 16 bytes per parameter (bf16 weights and gradients, fp32 master and two Adam
+  moments; ZeRO's mixed precision accounting; no distributed optimizer) of the stage's own
+  parameters: L / pp layers, plus the word (and GPT-2's position) embeddings on the first
+  stage, the final norm and the output head on the last; tied embeddings keep a copy of
+  the word embeddings on the last stage as its head (Megatron's "most loaded model shard
+  has (1/pp_size transformer layers + 1 embedding layer)"; its gradient is summed with the
+  first stage's: `gpu.embedding_allreduce_s`); at pp 1 every parameter once;
+- activations under 1F1B (Narayanan et al. 2021: stage i of pp holds pp - i micro-batches
+  in flight, the first stage pp, the last one), each of its L / pp layers' bf16 input kept
+  under full recompute (2 s d bytes a sequence a layer: Korthikanti et al. 2022, "Reducing
+  Activation Recomputation in Large Transformer Models", section 4's full recomputation,
+  2 s b h L over the whole pipeline, as Megatron's first stage counts pp x L / pp layers)
+  and one layer's working set while it is recomputed and run backward (34 s d bytes,
+  Korthikanti's table 2 with flash attention's scores not kept); the first stage's input
+  ids, 8 bytes a token, pp micro-batches in flight (Megatron's; its embedding dropout mask
+  not counted: these models have no dropout); the last stage's output layer and loss, 4 s
+  (d + V) bytes (Megatron's "inputs to output layer and CE loss", fp32 logits, vocab
+  parallel over tp). Megatron counts the first stage (pp micro-batches in flight); the last
+  is priced beside it (GPT-2 and Llama 3 8B: the head's logits make it the busier), and a
+  middle stage holds less than the first. Micro-batches of one sequence; with fewer
+  micro-batches than stages (batch / dp < pp) Megatron discounts the in-flight count, not
+  done here (a stage's memory does not depend on dp: conservative).
+All of it over tp (tensor and sequence parallel), within `USABLE_MEMORY` of HBM.
 
 Layouts: tensor parallel any count up to a node dividing the attention and KV heads, each
 tensor-parallel group inside one node (a count that does not divide the node only on one
@@ -54,7 +79,7 @@ import bisect
 import dataclasses
 import functools
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from wse_core.divisors import divisors
 from wse_core.errors import WseError
@@ -73,13 +98,17 @@ if TYPE_CHECKING:
 __all__ = ["BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY", "WEIGHT_BYTES", "ACT_WORKING",
            "GpuMemoryError", "GpuLayoutError", "TrainLayout", "train_bytes", "layouts",
            "min_train_gpus", "train_counts", "no_layout_error", "dp_ring_in_node",
-           "stage_hop_s", "stage_params", "SENDS_PER_MICRO"]  # fmt: skip
+           "stage_hop_s", "stage_params", "SENDS_PER_MICRO", "StageBytes", "stage_bytes",
+           "TOKEN_ID_BYTES", "LOGIT_BYTES", "embedding_pair_in_node", "ring_allreduce_s",
+           "embedding_allreduce_s"]  # fmt: skip
 
 BYTES_PER_PARAM_TRAIN = 16  # bf16 weight + bf16 grad + fp32 master + Adam m, v
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
 WEIGHT_BYTES = 2  # bf16 weights, gradients and activations
 ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
 SENDS_PER_MICRO = 2  # a stage's hops a micro-batch: activations forward, gradients back
+TOKEN_ID_BYTES = 8  # the first stage's int64 input ids, a token (Megatron's accounting)
+LOGIT_BYTES = 4  # the output layer's input and fp32 logits for the loss, a value (Megatron's)
 
 
 class GpuMemoryError(WseError):
@@ -102,12 +131,48 @@ class TrainLayout:
         return dataclasses.asdict(self)
 
 
+class StageBytes(NamedTuple):
+    """Bytes a GPU of the first and of the last pipeline stage holds (`stage_bytes`; at pp 1
+    the one stage, both the same)."""
+
+    first: float
+    last: float
+
+
+def _stage_param_counts(model: DecoderShape, pp: int) -> tuple[int, int]:
+    """(first stage's, last stage's) parameters (module docstring): L / pp layers each, the
+    embeddings on the first, the final norm and the head (tied: a copy of the word
+    embeddings) on the last; at pp 1 every parameter, once."""
+    if pp == 1:
+        return num_params(model), num_params(model)
+    layers = model.n_layers // pp * layer_params(model)
+    head = model.vocab_size * model.d_model if model.tie_embeddings else 0  # untied: in final
+    return layers + embed_params(model), layers + final_params(model) + head
+
+
+def stage_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> StageBytes:
+    """Bytes a GPU of the first and of the last stage of a tp x pp replica holds (module
+    docstring: Megatron's theoretical_memory_usage accounting, 1F1B's in-flight micro-batches,
+    full recompute): states, layer inputs, one layer's working set, the first stage's input
+    ids and the last stage's logits, over tp."""
+    first_p, last_p = _stage_param_counts(model, pp)
+    tokens, sd = seq_len, seq_len * model.d_model
+    per_layer = model.n_layers // pp * WEIGHT_BYTES * sd  # one micro-batch's layer inputs
+    working = ACT_WORKING * sd
+    ids = TOKEN_ID_BYTES * tokens * pp  # pp micro-batches in flight on the first stage
+    logits = LOGIT_BYTES * tokens * (model.d_model + model.vocab_size)
+    if pp == 1:
+        one = BYTES_PER_PARAM_TRAIN * first_p + per_layer + working + ids + logits
+        return StageBytes(one / tp, one / tp)
+    first = BYTES_PER_PARAM_TRAIN * first_p + pp * per_layer + working + ids
+    last = BYTES_PER_PARAM_TRAIN * last_p + per_layer + working + logits
+    return StageBytes(first / tp, last / tp)
+
+
 def train_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> float:
-    """Bytes a GPU holds in a tp x pp replica (module docstring)."""
-    states = BYTES_PER_PARAM_TRAIN * num_params(model) / (tp * pp)
-    inputs = model.n_layers * WEIGHT_BYTES * seq_len * model.d_model / tp
-    working = ACT_WORKING * seq_len * model.d_model / tp
-    return states + inputs + working
+    """Bytes the busiest GPU of a tp x pp replica holds: the larger stage's (`stage_bytes`),
+    what must fit."""
+    return max(stage_bytes(model, seq_len, tp, pp))
 
 
 def stage_params(model: DecoderShape, pp: int) -> int:
@@ -116,15 +181,10 @@ def stage_params(model: DecoderShape, pp: int) -> int:
     past it L / pp layers and, on the last stage, the final norm and the output head
     (where the compute puts it), or on the first the embedding (GPT-2's positions too).
     Megatron keeps the word embeddings on the first stage and the head on the last tied or
-    not (tied, a copy whose gradients its embedding group sums across the two stages: V d
-    over 2 ranks a step, not priced). Hunt 78's review: the ring was priced at an even
+    not (tied, a copy whose gradients its embedding group sums across the two stages:
+    `gpu.embedding_allreduce_s`). Hunt 78's review: the ring was priced at an even
     share, num_params / pp, GPT-2 124M's at pp 12 22% of its end stages'."""
-    if pp == 1:
-        return num_params(model)
-    layers = model.n_layers // pp * layer_params(model)
-    head = model.vocab_size * model.d_model
-    last = final_params(model) + (head if model.tie_embeddings else 0)
-    return layers + max(embed_params(model), last)
+    return max(_stage_param_counts(model, pp))
 
 
 def _splits(model: DecoderShape, gpu: GpuSpec, seq_len: int) -> Iterator[tuple[int, int]]:
@@ -212,6 +272,42 @@ def dp_ring_in_node(tp: int, dp: int, pp: int, node: int) -> bool:
     stage = tp * dp
     return all((p * stage + t) // node == (p * stage + t + tp * (dp - 1)) // node
                for p in range(pp) for t in range(tp))  # fmt: skip
+
+
+@functools.cache
+def embedding_pair_in_node(tp: int, dp: int, pp: int, node: int) -> bool:
+    """Whether every first-stage rank and the last-stage rank of its embedding group (the
+    same t and d, pipeline rank pp - 1: tp dp (pp - 1) ranks on) sit in one node under
+    Megatron's rank order; else some pair crosses InfiniBand, which paces the all-reduce."""
+    gap = tp * dp * (pp - 1)
+    return all(r // node == (r + gap) // node for r in range(tp * dp))
+
+
+def ring_allreduce_s(nbytes: float, p: int, bytes_per_s: float, latency_s: float) -> float:
+    """Ring all-reduce of `nbytes` over `p` GPUs: 2(p-1)/p bytes/bw + 2(p-1) latency."""
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) / p * nbytes / bytes_per_s + 2 * (p - 1) * latency_s
+
+
+def embedding_allreduce_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout) -> float:
+    """The tied word embeddings' gradient summed between the first and the last stage (hunt
+    79): Megatron-LM's `_allreduce_word_embedding_grads` (megatron/core/distributed/
+    finalize_model_grads.py: "Reduce grads across first and last stages to ensure that
+    word_embeddings parameters stay in sync"), run by `finalize_model_grads` after the
+    data-parallel gradient sync, so nothing hides it: each embedding group (the first and
+    last stage's ranks of one t and d) all-reduces its V d / tp shard (vocab parallel) in
+    bf16, the gradient ring's dtype, a ring of 2 (`ring_allreduce_s`: bytes / bw + 2
+    latencies), all groups at once, each on its GPUs' own links: NVLink where every pair
+    sits in one node (`embedding_pair_in_node`), else InfiniBand. 0 untied
+    (Llama 3) or at pp 1 (one copy)."""
+    if not model.tie_embeddings or layout.pp == 1:
+        return 0.0
+    nbytes = WEIGHT_BYTES * model.vocab_size * model.d_model / layout.tp
+    in_node = embedding_pair_in_node(layout.tp, layout.dp, layout.pp, gpu.gpus_per_node)
+    bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
+    lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
+    return ring_allreduce_s(nbytes, 2, bw, lat)
 
 
 def stage_hop_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, seq_len: int) -> float:

@@ -136,7 +136,7 @@ def gpu_side(
          "step_s": s.step_s, "precision": precision,
          "peak_flops": g.peak_flops, "layout": s.layout.to_dict(),
          "exposed_allreduce_s": s.exposed_allreduce_s, "bubble_s": s.bubble_s,
-         "stage_sends_s": s.stage_sends_s,
+         "stage_sends_s": s.stage_sends_s, "embedding_allreduce_s": s.embedding_allreduce_s,
          "compute_s": s.compute_s, "step_bound": s.bound,
          "floor": {**dataclasses.asdict(s.floor), "floor_s": s.floor.floor_s},
          "energy_j_per_step": eco.per(g_energy, steps),
@@ -217,8 +217,14 @@ def layout_note(fig: dict[str, Any]) -> str:
         "embedding lookup, a gather, not priced); at pp > 1 each micro-batch sends its "
         "activations to the next stage and its gradients back (seq_len x d_model bf16 each "
         "way, 1/tp a GPU on its own link: InfiniBand past one node, NVLink inside, + "
-        "latency), the bubble (pp - 1) / m of compute and sends; here dp "
-        f"{lay['dp']}, tp {lay['tp']}, pp {lay['pp']}: sends {fig['stage_sends_s'] * 1e3:.4g} "
-        f"ms, bubble {fig['bubble_s'] * 1e3:.4g} ms, exposed gradient all-reduce "
-        f"{fig['exposed_allreduce_s'] * 1e3:.4g} ms a step (wse_systems.gpu_layout)"
+        "latency), the bubble (pp - 1) / m of compute and sends; tied embeddings at pp > 1: "
+        "the word embeddings' gradient summed between the first and last stage after the "
+        "backward (Megatron's embedding group; InfiniBand where a pair crosses nodes); memory: "
+        "the busiest stage's (its layers' states, the embedding on the first, the head and "
+        "logits on the last; 1F1B: pp micro-batches' layer inputs on the first, one on the "
+        f"last) within {gpum.USABLE_MEMORY:g} of HBM, here {lay['bytes_per_gpu'] / 1e9:.4g} "
+        f"GB; here dp {lay['dp']}, tp {lay['tp']}, pp {lay['pp']}: sends "
+        f"{fig['stage_sends_s'] * 1e3:.4g} ms, bubble {fig['bubble_s'] * 1e3:.4g} ms, exposed "
+        f"gradient all-reduce {fig['exposed_allreduce_s'] * 1e3:.4g} ms, embedding all-reduce "
+        f"{fig['embedding_allreduce_s'] * 1e3:.4g} ms a step (wse_systems.gpu_layout)"
     )
