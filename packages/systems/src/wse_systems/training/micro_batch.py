@@ -31,16 +31,8 @@ stride that fits; `optimizer_slots`, the optimizer's MemoryX state, `plan.slots_
 never refuses a batch that micro-batches fit: only a model whose one sequence the ledger
 cannot place (or whose state MemoryX cannot hold) is an error.
 
-`step_seconds(...)` is `predict_step(...).predicted_s` without the report (explore's and the
-stride search's speed): a step of k micro-batches is k - 1 accumulating ones and the last
-(`performance._accumulated`), each independent of k, so the two are priced once for each
-micro-batch and wafer count (`_PARTS`, kept by value as the plans are) and the step is (k - 1)
-x the first + the last, the float the report sums. Hunt 79: `wse plan train -m gpt2-124m
---systems 1680 --batch 720720` priced a whole report (the compute-only phases too) for each
-of the 178 divisors that fit at each of three searches (one system at 720,720 and at
-1680 x 720,720 sequences, 1680 systems), 725 reports and 1,565 more for the strides, with
-the stride plans of 370 micro-batches through a cache of 256: 34 s of CPU; the choice is
-unchanged (the same floats), the search now takes about a third of it.
+Explore's speed is `wse_systems.training.step_parts.step_seconds`'s, the float
+`predict_step`'s report holds, each micro-batch's parts priced once (hunt 79).
 
 `divisors(n)` lists a batch's divisors in increasing order.
 """
@@ -50,18 +42,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from wse_core import PerfModel, RunReport, SramBudgetError, WaferSpec, WseError
+from wse_core import RunReport, SramBudgetError, WaferSpec
 from wse_core.divisors import divisors
 
-from wse_systems.serving.memo import Memo, frozen
 from wse_systems.training.plan import plan_activations
+from wse_systems.training.step_parts import step_seconds
 
 __all__ = ["MODES", "divisors", "fits", "resolve_micro_batch", "plan_step", "step_seconds"]
 
 MODES = ("auto", "explore", "none")  # besides an int (ModelZoo's micro_batch_size values)
-# (an accumulating micro-batch's seconds, the last's) by micro-batch, wafers and plan: the
-# searches of one plan ask each again at other batches (`step_seconds`)
-_PARTS = Memo(4096)
 
 
 def fits(model: Any, spec: WaferSpec, micro_batch: int, seq_len: int, stride: int = 0,
@@ -103,56 +92,6 @@ def resolve_micro_batch(
     raise ValueError(f"micro_batch_size {setting!r}: explore needs speed=")
 
 
-def step_seconds(
-    model: Any, spec: WaferSpec, *, num_csx: int, batch_per_system: int, seq_len: int,
-    micro_batch: int | None = None, layout: Any = None, sparsity: Any = None,
-) -> float:  # fmt: skip
-    """`predict_step(...)`'s predicted seconds, the same float, without its report (module
-    contract): k = batch_per_system / micro_batch micro-batches, (k - 1) x an accumulating
-    one + the last, each priced once (`_PARTS`)."""
-    from wse_systems.training.performance import (
-        Sparsity,
-        StepLayout,
-        check_step_shape,
-    )
-
-    check_step_shape(model, batch_per_system=batch_per_system, seq_len=seq_len,
-                     micro_batch=micro_batch)  # fmt: skip
-    micro = micro_batch or batch_per_system
-    if batch_per_system % micro:
-        raise WseError(
-            f"micro-batch {micro} does not divide the per-system batch of {batch_per_system}"
-        )
-    k = batch_per_system // micro
-    job = (num_csx, micro, seq_len, layout or StepLayout(), sparsity or Sparsity())
-    if k == 1:  # the last alone, as `_accumulated` returns it
-        return _parts(model, spec, job, accumulate=False)[1]
-    key = (frozen(model), frozen(spec), num_csx, micro, seq_len, frozen(job[3]), job[4])
-    early, last = _PARTS.get(key, lambda: _parts(model, spec, job, accumulate=True))
-    return sum((early * (k - 1), last)) * 1  # the report's serial sum, its repeat 1
-
-
-def _parts(model: Any, spec: WaferSpec, job: tuple, *, accumulate: bool) -> tuple[float, float]:
-    """(an accumulating micro-batch's seconds or 0.0 where not `accumulate`, the last's) of
-    `job` (num_csx, micro_batch, seq_len, layout, sparsity), priced as `predict_step` prices
-    them (`place_step` on the layout's plan, `step_phases`, `PerfModel.evaluate`)."""
-    from wse_systems.training.performance import StepWorkload, place_step, step_phases
-    from wse_systems.training.plan import memory_plan
-
-    num_csx, micro, seq_len, layout, sparsity = job
-    plan, placement, precision, clipped = layout
-    if plan is None:
-        plan = memory_plan(model, spec, micro, seq_len)
-    work = StepWorkload(micro_batch=micro, seq_len=seq_len, **sparsity._asdict())
-    pl = place_step(model, spec, plan, work, num_csx=num_csx, placement=placement,
-                    precision=precision)  # fmt: skip
-    pm = PerfModel(spec)
-    last = pm.evaluate(step_phases(model, pl, clipped=clipped)).seconds
-    if not accumulate:
-        return 0.0, last
-    return pm.evaluate(step_phases(model, pl, accumulate=True)).seconds, last
-
-
 def plan_step(
     model: Any,
     spec: WaferSpec,
@@ -185,7 +124,7 @@ def plan_step(
             )  # fmt: skip
         return reports[m]
 
-    def speed(m: int) -> float:  # the report's tokens/s, the same float (`step_seconds`)
+    def speed(m: int) -> float:  # the report's tokens/s, the same float (`step_parts`)
         plan = run_plan(model, spec, m, seq_len, stride, chunks, slots)
         s = step_seconds(model, spec, num_csx=num_csx, batch_per_system=batch_per_system,
                          seq_len=seq_len, micro_batch=m, layout=layout._replace(plan=plan),

@@ -91,8 +91,8 @@ def fastest_stride(
 
 
 def _fastest(model, spec, micro_batch, seq_len, chunks, optimizer_slots) -> ActivationPlan:
-    from wse_systems.training.micro_batch import step_seconds  # performance imports plan
-    from wse_systems.training.performance import StepLayout
+    from wse_systems.training.performance import StepLayout  # it imports plan
+    from wse_systems.training.step_parts import step_seconds
 
     least = plan_activations(model, spec, micro_batch, seq_len, 0, chunks)  # none fits: raised
     placed = {least.stride: least}
