@@ -96,7 +96,7 @@ def test_md_stops_on_starting_energies_that_are_not_finite(tmp_path, cu, steps):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [(["--thermostat", "nose-hoover", "--temperature-K", "300", "--damp-fs", "1e300"],
-      "--damp-fs must be a finite number in (0, 10000000000] (fs), got 1e+300"),
+      "--damp-fs must be a finite number in (0, 10000000000] (fs), got 1e300"),
      (["--thermostat", "langevin", "--temperature-K", "300", "--dt-fs", "1e-300"],
       "--dt-fs must be a finite number >= 0.001 (fs), got 1e-300"),
      (["--dt-fs", "1e-300"], "--dt-fs must be a finite number >= 0.001 (fs), got 1e-300")],

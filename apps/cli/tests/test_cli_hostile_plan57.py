@@ -53,7 +53,7 @@ def test_a_png_of_dev_null_draws_nothing_and_writes_no_file_beside_it():
          "--ra applies to --case rayleigh-benard only"),
         (["hpc", "cfd", "--re", "5"], "--re applies to --case cavity only"),
         (["hpc", "stencil", "--kind", "bicgstab", "--grid", "8", "8", "8", "--tol", "1e300"],
-         "--tol must be a finite number in (0, 1), got 1e+300"),
+         "--tol must be a finite number in (0, 1), got 1e300"),
         (["hpc", "cfd", "--dt", "1e-300"], "--dt must be a finite number >= 1e-09, got 1e-300"),
         (["infer", "bench", "--url", "http://127.0.0.1:1", "--model", ""],
          "--model must not be empty"),

@@ -10,7 +10,7 @@
   from `wafer defects`.
 - `infer serve --speculative-config ''` served without speculation and `hpc stencil --dtype
   ''` ran fp32: an empty value was taken as "not given".
-- `plan --alpha 5` was refused late as "alpha must be in [0, 1], got 5.0", naming no option,
+- `plan --alpha 5` was refused late as "alpha must be in [0, 1], got 5", naming no option,
   and its help said only "a finite number".
 Oracles: the run folder's name on disk and the step the run resumes from; the refusal line
 the real run gives; the parsed JSON's sign bit."""
@@ -194,7 +194,7 @@ def test_an_empty_stencil_dtype_is_refused():
 # --- plan --alpha states and checks its range ------------------------------------------------
 def test_alpha_is_refused_naming_the_option_and_its_range():
     args = ["plan", "infer", "-m", "tiny-gpt2", "--draft", "tiny-gpt2", "--alpha", "5"]
-    line = "Error: --alpha must be a finite number in [0, 1], got 5.0"
+    line = "Error: --alpha must be a finite number in [0, 1], got 5"
     assert refused_in_one_line(ROOT, args, line) == line
     (alpha,) = [p for p in ROOT.commands["plan"].commands["infer"].params if p.name == "alpha"]
     spec = getattr(alpha.callback, NUMBER_MARK)

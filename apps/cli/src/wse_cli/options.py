@@ -94,17 +94,39 @@ class _NotANumber:
         self.past_64_bits = past_64_bits  # a whole number too wide for an integer option
 
 
-class _NonFinite(float):
-    """A float option's value that parses to inf or NaN ("1e309", "-nan"), with its `text` as
-    given: the callback refuses it showing that text, never Python's "inf" (hunt 78); a
-    command that takes +inf (`--request-rate`) still reads it as a float."""
+class _TypedFloat(float):
+    """A float option's value with its `text` as typed: the callback refuses one out of range
+    showing that text, never Python's rendering of it (hunt 78: 1e309 came back as "inf";
+    hunt 79: `1e5` as "100000.0", `1e-400` as "0.0", `-1` as "-1.0"), and hands the command a
+    plain float (a command that takes +inf, `--request-rate`, reads it as one)."""
 
     text: str
 
-    def __new__(cls, x: float, text: str) -> _NonFinite:
+    def __new__(cls, x: float, text: str) -> _TypedFloat:
         self = super().__new__(cls, x)
         self.text = text
         return self
+
+
+class _TypedInt(int):
+    """An integer option's value with its `text` as typed (`--port 1e5` is refused as "got
+    1e5", not 100000), as `_TypedFloat`; the command gets a plain int."""
+
+    text: str
+
+    def __new__(cls, x: int, text: str) -> _TypedInt:
+        self = super().__new__(cls, x)
+        self.text = text
+        return self
+
+
+def _plain(x: Any) -> Any:
+    """A parsed value as the command takes it: a plain float or int, without its text."""
+    if isinstance(x, _TypedFloat):
+        return float(x)
+    if isinstance(x, _TypedInt):
+        return int(x)
+    return x
 
 
 def _parse(kind: type) -> Any:
@@ -124,11 +146,10 @@ def _parse(kind: type) -> Any:
                 x = float(text)  # "inf", "nan" and "1e999" parse; the callback refuses them
             except ValueError:
                 return _NotANumber(str(value))  # as given: ' ' is shown as ' ', not ''
-            if not math.isfinite(x):  # refused as given (hunt 78: 1e309 came back as "inf")
-                return _NonFinite(x, str(value))
             # -0 is 0, as numpy and argparse users read it (hunt 67: `-0` passed `ge=0` and
-            # came back as "$-0" and "rate -0" in reports, -0.0 in their JSON)
-            return 0.0 if x == 0 else x
+            # came back as "$-0" and "rate -0" in reports, -0.0 in their JSON); inf, NaN and
+            # every other value keep their text for a refusal (hunt 78, hunt 79)
+            return _TypedFloat(0.0 if x == 0 else x, str(value))
         try:  # exactly: "4.12e16" is 41200000000000000, not the nearest double
             d = decimal.Decimal(text)
             whole = d.is_finite() and d.adjusted() <= 18 and d == d.to_integral_value()
@@ -136,7 +157,7 @@ def _parse(kind: type) -> Any:
         except decimal.DecimalException:  # not a number, or an exponent past any context
             whole = wide = False
         if whole and abs(d) <= INT_MAX:
-            return int(d)
+            return _TypedInt(int(d), str(value))
         return _NotANumber(str(value), past_64_bits=wide or whole)  # whole: past INT_MAX
 
     return parse
@@ -249,7 +270,7 @@ def number(
                 # naming the limit and its variable (hunt 67: 1e12 named [0, 2147483647])
                 _check_limit(limit, x, ctx, param)
             if x is not None and not _fits(x, gt, ge, lt, le):
-                got = x.text if isinstance(x, _NotANumber | _NonFinite) else x
+                got = x.text if isinstance(x, _NotANumber | _TypedFloat | _TypedInt) else x
                 if isinstance(got, str):  # hunt 59: a 6,000-character value came back whole
                     from wse_core.errors import shown
 
@@ -258,7 +279,9 @@ def number(
                 if isinstance(x, _NotANumber) and x.past_64_bits:  # the bound no option states
                     got = f"{got} (integers are 64-bit: at most {INT_MAX} in size)"
                 raise UserInputError(f"{_source(ctx, param)} must be {wanted}, got {got}")
-        return value
+        if isinstance(value, tuple | list):
+            return type(value)(_plain(x) for x in value)
+        return _plain(value)
 
     setattr(check, NUMBER_MARK, NumberSpec(kind, gt, ge, lt, le, unit, limit))
     shown = wanted
