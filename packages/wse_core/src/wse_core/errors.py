@@ -130,29 +130,45 @@ def shown_value(value: object) -> str:
     """A value read from a YAML or JSON file as the file spells it, for a refusal ("must be
     int, got ..."): true, false and null as YAML and JSON write them (not Python's True,
     None), a date or time in ISO 8601 (YAML's timestamp, 2020-01-01), YAML's `!!binary` as
-    "binary data (N bytes)", a list or mapping in JSON's spelling, text quoted, an integer as
-    `shown_int`; shortened as `shown` does (hunt 78: `got datetime.date(2020, 1, 1)`,
-    `got b'hello'`, `got True`)."""
-    if is_int(value):
-        return shown_int(value)  # type: ignore[arg-type]
-    if isinstance(value, str | float):
-        return shown(value, quote=isinstance(value, str))
-    if not isinstance(value, list | tuple | dict | bool | None):
-        return shown(_spelled(value), quote=False)
+    "binary data (N bytes)", an integer in its digits (past what Python writes out, as
+    `shown_int` counts it), a list or mapping in JSON's spelling with each key and item
+    spelled as it would be alone (hunt 79: a date key was `datetime.date(2020, 1, 1)`, 10**40
+    was 1.000e+40 alone and in full in a list), text quoted; shortened as `shown` does (hunt
+    78: `got datetime.date(2020, 1, 1)`, `got b'hello'`, `got True`)."""
+    if isinstance(value, str):
+        return shown(value)
     try:
-        text = json.dumps(value, default=_spelled, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):  # keys JSON has no spelling of (a date)
-        text = repr(value)
+        text = _spelled(value, set())
+    except RecursionError:  # nested past Python's stack (YAML builds such a value)
+        text = f"a {type(value).__name__} nested too deep to show"
     return shown(text, quote=False)
 
 
-def _spelled(value: object) -> str:
-    """A value JSON has no spelling of, in the words `shown_value` gives it."""
+def _spelled(value: object, within: set[int]) -> str:
+    """`value` in `shown_value`'s words; `within`: the ids of the lists and mappings it is
+    inside (a YAML anchor can hold itself: `&a [*a]` is shown as `[[...]]`, as repr does)."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if is_int(value):
+        try:
+            return str(int(value))  # type: ignore[call-overload]
+        except ValueError:  # past int -> str's 4,300 digits
+            return shown_int(int(value))  # type: ignore[call-overload]
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
     if isinstance(value, bytes | bytearray):
         return f"binary data ({len(value):,} byte{'' if len(value) == 1 else 's'})"
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
-    return repr(value)
+    if isinstance(value, list | tuple | dict):
+        if id(value) in within:
+            return "{...}" if isinstance(value, dict) else "[...]"
+        inner = within | {id(value)}
+        if isinstance(value, dict):
+            items = (f"{_spelled(k, inner)}: {_spelled(v, inner)}" for k, v in value.items())
+            return "{" + ", ".join(items) + "}"
+        return "[" + ", ".join(_spelled(v, inner) for v in value) + "]"
+    return str(value)  # a float (nan, inf as Python writes them), anything else as printed
 
 
 def require_int(
