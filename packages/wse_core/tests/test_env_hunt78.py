@@ -68,7 +68,7 @@ def test_a_first_word_that_is_no_flag_is_a_flags_file_to_xla_and_refused(flags, 
     with pytest.raises(WseError) as e:
         jax_env.check({"XLA_FLAGS": flags})
     first = flags.split()[0]
-    assert str(e.value).startswith(f"XLA_FLAGS: '{first}' is no flag, and XLA reads a value that")
+    assert str(e.value).startswith(f"XLA_FLAGS starts with '{first}', no --flag, and XLA reads")
     assert "as the name of a flags file, which wse does not take" in str(e.value)
 
 

@@ -21,7 +21,7 @@ DAY = datetime.date(2020, 1, 1)
     "value",
     [
         {DAY: 1},
-        {1: "a", 2.5: None, True: [DAY]},
+        {3: "a", 2.5: None, True: [DAY]},
         10**40,
         [10**40],
         -(10**20),

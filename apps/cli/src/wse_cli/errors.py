@@ -180,6 +180,13 @@ def _no_backend(e: Exception) -> str | None:
     """One line for JAX failing to start the platforms `JAX_PLATFORMS` names (`nope`: JAX's
     RuntimeError; `cuda` without its plugin: an AssertionError in xla_bridge), else None."""
     platforms = os.environ.get("JAX_PLATFORMS", "")
+    device = os.environ.get("JAX_DEFAULT_DEVICE", "")
+    if isinstance(e, RuntimeError) and str(e).startswith("Unknown backend") and device:
+        # a GPU plugin without a GPU: jax_env checks the rest before the run (hunt 79)
+        return (
+            f"JAX_DEFAULT_DEVICE={device!r} names a backend JAX did not start: "
+            f"{' '.join(str(e).split())}; set JAX_DEFAULT_DEVICE=cpu or unset it"
+        )
     if isinstance(e, RuntimeError) and str(e).startswith("Unable to initialize backend"):
         return " ".join(str(e).split())
     tb = e.__traceback__

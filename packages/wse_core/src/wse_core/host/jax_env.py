@@ -16,7 +16,9 @@ Contract. `check(environ)` raises a WseError for the first bad one of:
 - `JAX_PLATFORMS` naming a GPU (gpu, cuda, rocm) where no JAX GPU plugin is installed (JAX
   then named the backend it tried last: 'rocm' for `gpu`, on a machine without ROCm), and
   JAX's older `JAX_PLATFORM_NAME` naming a platform this machine has no backend for (it
-  failed at the backend's start, after the import);
+  failed at the backend's start, after the import), and `JAX_DEFAULT_DEVICE` naming gpu or
+  tpu where JAX will start no such backend (JAX_PLATFORMS's, else the CPU and the installed
+  plugins': JAX failed at the first device use);
 - XLA_FLAGS' `--xla_force_host_platform_device_count`, the one XLA flag the stack reads
   (`xla_device_count`: a positive integer; `runtime` bounds it), an XLA_FLAGS that XLA would
   read as a flags file or a word XLA reads that is no --flag (`xla_flags.check_words`), and
@@ -91,6 +93,7 @@ def check(environ: Mapping[str, str] = os.environ) -> None:
             raise WseError(f"{name} must be {wanted}, or unset; got {shown(environ[name])}")
     _check_platforms(environ.get("JAX_PLATFORMS", ""))
     _check_platform_name(environ.get("JAX_PLATFORM_NAME", ""))
+    _check_default_device(environ)
     xla_flags.check_words(environ)
     xla_device_count(environ)
     if environ is os.environ and "jax" not in sys.modules:
@@ -144,6 +147,30 @@ def _check_platform_name(value: str) -> None:
             f"JAX cannot start JAX_PLATFORM_NAME={shown(value)} on this machine (no backend "
             "for it here); set JAX_PLATFORM_NAME=cpu or unset it (JAX's older spelling of "
             "JAX_PLATFORMS)"
+        )
+
+
+def _check_default_device(environ: Mapping[str, str]) -> None:
+    """JAX_DEFAULT_DEVICE naming a backend JAX will not start here (hunt 79): JAX takes 'gpu'
+    or 'tpu' at import and refused it at the first device use, a 93-line RuntimeError
+    traceback ("Unknown backend: 'gpu' requested, but no platforms that are instances of gpu
+    are present"). Its other values JAX refuses itself, at import."""
+    value = environ.get("JAX_DEFAULT_DEVICE", "")
+    if value not in ("gpu", "tpu"):
+        return
+    named = environ.get("JAX_PLATFORMS", "") or environ.get("JAX_PLATFORM_NAME", "")
+    if named:  # the platforms JAX starts: those alone (checked above: their plugins are here)
+        kinds = {"gpu" if p in _GPUS else p for p in named.lower().split(",") if p}
+    else:  # all it finds: the CPU, and a GPU or TPU where its plugin is installed
+        plugins = _plugins()
+        kinds = {"cpu"} | ({"gpu"} if any(k in p for p in plugins for k in _GPUS["gpu"]) else set())
+        if importlib.util.find_spec("libtpu") is not None:
+            kinds.add("tpu")
+    if value not in kinds:
+        why = f"JAX_PLATFORMS={shown(named)} starts" if named else "this machine has"
+        raise WseError(
+            f"JAX_DEFAULT_DEVICE={shown(value)} names a backend JAX will not start here ({why} "
+            f"{', '.join(sorted(kinds))}); set JAX_DEFAULT_DEVICE to one of those or unset it"
         )
 
 

@@ -16,7 +16,11 @@ Contract.
 - `check_words(environ)` raises a WseError, without XLA, for a value XLA would read as a
   flags file (the stack adds its own flag to XLA_FLAGS, which would turn the file's name into
   another: `XLA_FLAGS=ab` was `Could not open file "ab --xla_llvm_disable_expensive_passes=
-  true"`), and for a word read that is no `--name` (XLA: an unknown flag).
+  true"`; the message names its first character where that is a space XLA does not skip),
+  for a word read that is no `--name` (XLA: an unknown flag), for a bad value of a flag the
+  stack sets itself (`ask_xla` asks XLA of no such flag: `--xla_llvm_disable_expensive_passes
+  =maybe` was XLA's 94-line fatal log), and for an `--xla_dump_to` that is no folder XLA can
+  make or write (XLA said so in two C++ log lines per program, ran on and dumped nothing).
 - `ask_xla(environ)` raises a WseError where XLA refuses the flags it reads: asked of XLA
   itself, in a helper process (`jaxlib`'s compile options parse XLA_FLAGS as the backend
   will; ~0.2-0.4 s), only where they hold flags other than the ones the stack sets itself
@@ -42,6 +46,9 @@ OWN_FLAGS = frozenset({"xla_force_host_platform_device_count", "xla_llvm_disable
 _WS = " \t\r\n"  # XLA's kWS
 _PROBE = "import jaxlib._jax as j; j.CompileOptions()"  # parses XLA_FLAGS, as the backend does
 _PROBE_S = 60
+_BOOLS = frozenset({"xla_llvm_disable_expensive_passes"})  # own flags that are bools
+_TRUTH = ("true", "false", "1", "0")  # tsl's bool flag values, any case (probed of XLA)
+_DUMP_WORDS = ("sponge", "test_undeclared_outputs_dir")  # XLA's own, not folders
 
 
 def split(value: str) -> tuple[list[str], str]:
@@ -94,11 +101,16 @@ def check_words(environ: Mapping[str, str] = os.environ) -> None:
     value = environ.get("XLA_FLAGS", "")
     read, rest = split(value)
     if not read and rest:
+        first = rest[0]
+        what = (  # hunt 79: '\v--xla_dump_to=x' named '--xla_dump_to=x' as "no flag"
+            f"starts with {shown(first)}, a space XLA does not skip (only {shown(_WS)})"
+            if first.isspace() or not first.isprintable()
+            else f"starts with {shown(re.split(f'[{_WS}]', rest)[0])}, no --flag"
+        )
         raise WseError(
-            f"XLA_FLAGS: {shown(rest.split()[0])} is no flag, and XLA reads a value that "
-            "starts with one as the name of a flags file, which wse does not take (it adds its "
-            "own flag to XLA_FLAGS); give the flags themselves as --name=value, or unset "
-            "XLA_FLAGS"
+            f"XLA_FLAGS {what}, and XLA reads such a value as the name of a flags file, which "
+            "wse does not take (it adds its own flag to XLA_FLAGS); give the flags themselves "
+            "as --name=value, or unset XLA_FLAGS"
         )
     for word in read:
         if not word.startswith("--") or len(word) == 2:  # XLA: "Unknown flag"
@@ -106,6 +118,43 @@ def check_words(environ: Mapping[str, str] = os.environ) -> None:
                 f"XLA_FLAGS: {shown(word)} is no flag; give each as --name=value (e.g. "
                 "--xla_dump_to=DIR), or unset XLA_FLAGS"
             )
+    for word in read:
+        name, got = flag(word)
+        if name in _BOOLS and "=" in word and got.lower() not in _TRUTH:
+            raise WseError(  # hunt 79: XLA's 94-line fatal log (ask_xla asks XLA of no own flag)
+                f"XLA_FLAGS: --{name} must be true or false (1/0, any case; the bare flag is "
+                f"true); got {shown(got)}; fix it, or unset XLA_FLAGS"
+            )
+    dumps = [got for name, got in map(flag, read) if name == "xla_dump_to"]
+    if dumps:
+        _check_dump_folder(dumps[-1])  # the last, as XLA takes it
+
+
+def _check_dump_folder(raw: str) -> None:
+    """Refuse an `--xla_dump_to` XLA cannot make a folder of (hunt 79: a file or /proc/nope/x
+    ran, exit 0, with two C++ error lines per compiled program and nothing dumped). XLA's
+    words of its own (`-`: stdout; sponge, test_undeclared_outputs_dir) and a URL pass; the
+    probe makes and removes a temporary folder in it or in its nearest existing parent (root
+    writes where os.access says no, and os.access says yes under /proc)."""
+    import tempfile
+
+    if not raw or raw == "-" or raw.lower() in _DUMP_WORDS or "://" in raw:
+        return
+    path = os.path.abspath(raw)
+    above = path
+    while not os.path.lexists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    try:
+        if not os.path.isdir(above):
+            what = "is" if above == path else f"is under {shown(above)}, which is"
+            raise NotADirectoryError(0, f"it {what} a file, not a folder")
+        os.rmdir(tempfile.mkdtemp(prefix=".wse-probe-", dir=above))
+    except OSError as e:
+        why = e.strerror if e.errno == 0 else f"cannot make a folder in {above}: {e.strerror}"
+        raise WseError(
+            f"XLA_FLAGS: --xla_dump_to={shown(raw, quote=False, head=240)} is no folder XLA "
+            f"can make or write ({why}); give a writable folder, or unset XLA_FLAGS"
+        ) from None
 
 
 def note_ignored(environ: Mapping[str, str] = os.environ) -> None:
