@@ -15,9 +15,9 @@ dataset) are a ValueError.
 `read_chunk(backend, data)` is one `data:` payload as (`openai_replies.Chunk`, role-only):
 `openai_replies.parse_chunk`'s, in one pass (an error event, a malformed chunk or usage, an
 integer past any count); a chat chunk's text is its choices' `delta.content`, and a chunk
-whose deltas carry a role and no content (vLLM's server opens every chat stream with one) is
-role-only: it is timed as vLLM times it (it is the first chunk with a choice: the TTFT) but
-carries no token.
+whose deltas carry a role and no content (vLLM's server opens every chat stream with one,
+with the first token: so does `wse infer serve`) is role-only: it is timed as vLLM times it
+(it is the first chunk with a choice: the TTFT) but carries no token.
 """
 
 from __future__ import annotations
