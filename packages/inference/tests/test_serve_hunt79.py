@@ -98,3 +98,41 @@ def test_bench_times_chat_and_completions_alike():
             for b in ("openai", "openai-chat")
         }  # fmt: skip
     assert 0.5 < ttft["openai-chat"] / ttft["openai"] < 2.0, ttft
+
+
+CHAT = {"model": "mock", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+PROMPT = {"model": "mock", "max_tokens": 2, "prompt": "hi"}
+
+
+def _ids(r: httpx.Response) -> set[str]:
+    """Every id of a whole answer, or of every chunk of a streamed one."""
+    if r.headers["content-type"].startswith("text/event-stream"):
+        lines = [x[6:] for x in r.text.splitlines() if x.startswith("data: {")]
+        return {json.loads(x)["id"] for x in lines}
+    return {r.json()["id"]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_request_id_is_the_response_ids_base_and_the_header_wins(stream):
+    """vLLM (serving_chat.py / serving_completion.py): id = chatcmpl-/cmpl- +
+    _base_request_id(raw_request, request.request_id): the X-Request-Id header first, then the
+    body's request_id; the header echoed on the response (vLLM's XRequestIdMiddleware)."""
+    with running_server(max_slots=2) as s:
+
+        def post(route: str, body: dict, headers: dict | None = None) -> httpx.Response:
+            r = httpx.post(s.http_url + route, json={**body, "stream": stream},
+                           headers=headers, timeout=10)  # fmt: skip
+            assert r.status_code == 200, r.text
+            return r
+
+        chat, comp = "/v1/chat/completions", "/v1/completions"
+        assert _ids(post(chat, {**CHAT, "request_id": "my-trace-42"})) == {"chatcmpl-my-trace-42"}
+        assert _ids(post(comp, {**PROMPT, "request_id": "t7"})) == {"cmpl-t7"}
+        r = post(chat, {**CHAT, "request_id": "body"}, {"X-Request-Id": "hdr-7"})
+        assert _ids(r) == {"chatcmpl-hdr-7"} and r.headers["x-request-id"] == "hdr-7"
+        r = post(comp, PROMPT, {"X-Request-Id": "hdr-8"})
+        assert _ids(r) == {"cmpl-hdr-8"} and r.headers["x-request-id"] == "hdr-8"
+        (fresh,) = _ids(post(comp, PROMPT))
+        assert fresh.startswith("cmpl-") and len(fresh) == 5 + 32  # a uuid's hex
+        r = httpx.post(s.http_url + comp, json={**PROMPT, "n": 0}, headers={"X-Request-Id": "e"})
+        assert r.status_code == 400 and r.headers["x-request-id"] == "e"  # errors too

@@ -83,7 +83,7 @@ class Generation:
         self._pending: collections.deque[tuple[int, StreamEvent]] = collections.deque()
         self.p = p
         self.tokenizer = scheduler.engine.tokenizer
-        self.rid = new_request_id(p.kind)
+        self.rid = new_request_id(p.kind, p.request_id)
         self.handles: list[Any] = []
         _check_fits(scheduler, p.n)
         try:

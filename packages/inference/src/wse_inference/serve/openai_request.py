@@ -16,7 +16,8 @@ tool_choice other than "none", a response_format other than text, and vLLM's ext
 chat_template...) are refused with `InvalidRequestError` (HTTP 400) unless absent, null or
 neutral; so are the other route's field (messages on /v1/completions, prompt on chat) and
 stream_options without stream. `user` must be a string of at most
-`RequestLimits.max_user_chars`, vLLM's request_id a string, its priority 0 (no priority
+`RequestLimits.max_user_chars`, vLLM's request_id a string (the response id is
+`chatcmpl-<request_id>` / `cmpl-<request_id>`, as vLLM's), its priority 0 (no priority
 scheduling here). A model name this server does not serve is `ModelNotFoundError`
 (HTTP 404 with OpenAI's code model_not_found, as OpenAI and vLLM answer); a missing one a 400.
 Fields this module does not know are ignored, as vLLM ignores them (metadata, store,
@@ -108,6 +109,8 @@ class ParsedRequest:
     # runs with max_tokens 1, and the token made is never shown nor counted
     echo_only: bool = False
     return_token_ids: bool = False  # vLLM's: choices carry token_ids (and the prompt's)
+    # vLLM's request_id (the X-Request-Id header wins: `routes`): the response id's base
+    request_id: str | None = None
 
 
 def choice_sampling(sampling: SamplingParams, i: int) -> SamplingParams:
@@ -324,6 +327,7 @@ def parse_request(
         tokens_as_ids=flag(body.get("return_tokens_as_token_ids"), "return_tokens_as_token_ids"),
         echo_only=echo_only,
         return_token_ids=flag(body.get("return_token_ids"), "return_token_ids"),
+        request_id=body.get("request_id"),  # a string or null: refuse_unsupported checked it
     )
 
 

@@ -56,8 +56,13 @@ class Choice:
     token_ids: Sequence[int] = ()  # its tokens, shown with return_token_ids (vLLM's)
 
 
-def new_request_id(kind: str) -> str:
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+def new_request_id(kind: str, base: str | None = None) -> str:
+    """The response id: vLLM's `chatcmpl-<base>` / `cmpl-<base>`, where `base` is the client's
+    (its X-Request-Id header, else the body's request_id: vLLM's `_base_request_id`) or, when
+    it sent none, a fresh uuid."""
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + (
+        uuid.uuid4().hex if base is None else base
+    )
 
 
 def error_body(

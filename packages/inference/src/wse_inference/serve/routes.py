@@ -8,6 +8,9 @@ draining), /metrics (Prometheus: vLLM's metrics this server measures, named `wse
 vLLM's are `vllm:*`; `metrics.NOT_SERVED` lists those it does not),
 vLLM's GET /version ({version}: the stack's) and POST /tokenize ({prompt} or
 {messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
+The response id is vLLM's `chatcmpl-<id>` / `cmpl-<id>`, the id the X-Request-Id header
+names, else the body's request_id, else a fresh uuid (vLLM's `_base_request_id`); a request's
+X-Request-Id comes back as a response header (vLLM's XRequestIdMiddleware).
 Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
 request (malformed or too deeply nested JSON, a Content-Type other than JSON included), 404
 for a request naming a model this server does not serve (/tokenize and /detokenize too) and
@@ -33,6 +36,7 @@ runs it under uvicorn.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -42,6 +46,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from wse_core import __version__
 from wse_core.errors import shown
@@ -91,8 +96,31 @@ def build_app(
     _add_generation_routes(app, scheduler, metrics, model_names, chat, limits)
     _add_tokenizer_routes(app, scheduler.engine, metrics, model_names, chat, limits)
     _add_status_routes(app, scheduler, metrics, model_names, started)
+    app.add_middleware(_EchoRequestId)
     add_cors(app, cors)  # vLLM's: a browser's preflight and Origin answered (hunt 74)
     return app
+
+
+class _EchoRequestId:
+    """A request's X-Request-Id header comes back on its response, errors included, as vLLM's
+    XRequestIdMiddleware sends it (vLLM: with --enable-request-id-headers, where a request
+    without one gets a fresh uuid; here only the client's own, at no cost). Pure ASGI, as
+    vLLM's: Starlette's BaseHTTPMiddleware would hide a client's disconnect from streams."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        rid = Headers(scope=scope).get("x-request-id") if scope["type"] == "http" else None
+        if rid is None:
+            return await self.app(scope, receive, send)
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).append("X-Request-Id", rid)
+            await send(message)
+
+        return await self.app(scope, receive, send_with_id)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -149,6 +177,9 @@ def _add_generation_routes(
         try:
             body = await read_json(request, limits)
             p = await run_off_loop(functools.partial(parse, body, kind=kind))
+            header_id = request.headers.get("x-request-id")  # vLLM's _base_request_id: first
+            if header_id is not None:
+                p = dataclasses.replace(p, request_id=header_id)
             gen = Generation(scheduler, p)
         except (InvalidRequestError, QueueFullError, ShuttingDownError, ClientGone) as e:
             return refusal_response(e, metrics)
