@@ -136,3 +136,32 @@ def test_request_id_is_the_response_ids_base_and_the_header_wins(stream):
         assert fresh.startswith("cmpl-") and len(fresh) == 5 + 32  # a uuid's hex
         r = httpx.post(s.http_url + comp, json={**PROMPT, "n": 0}, headers={"X-Request-Id": "e"})
         assert r.status_code == 400 and r.headers["x-request-id"] == "e"  # errors too
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server(max_slots=2) as s:
+        yield s
+
+
+@pytest.mark.parametrize(
+    ("route", "field", "value"),
+    [
+        ("/v1/completions", "prompt_embeds", "aGk="),
+        ("/v1/completions", "prompt_embeds", 5),
+        ("/v1/completions", "prompt_embeds", ["not base64 !!"]),
+        ("/v1/chat/completions", "structural_tag", '{"type": "structural_tag"}'),
+        ("/v1/completions", "structural_tag", "x"),
+    ],
+)
+def test_prompt_embeds_and_structural_tag_are_a_400_naming_them(server, route, field, value):
+    """vLLM without --enable-prompt-embeds refuses prompt_embeds; structural_tag constrains
+    the output as guided_json does (refused here): both were ignored with a 200."""
+    body = {**(CHAT if route.endswith("chat/completions") else PROMPT), field: value}
+    r = httpx.post(server.http_url + route, json=body, timeout=10)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert f"{field} is not supported by this server" in err["message"]
+    assert err["param"] == field
+    ok = httpx.post(server.http_url + route, json={**body, field: None}, timeout=10)
+    assert ok.status_code == 200, ok.text  # null is "not given", as in vLLM

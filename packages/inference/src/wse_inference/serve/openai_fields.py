@@ -139,6 +139,10 @@ NOT_HONOURED: dict[str, Any] = {
     "guided_decoding_backend": None,
     "guided_whitespace_pattern": None,
     "structured_outputs": None,
+    "structural_tag": None,  # vLLM's guided decoding too (hunt 79: ignored, a 200)
+    # vLLM's base64 tensors as the prompt; vLLM refuses them too unless started with
+    # --enable-prompt-embeds (hunt 79: ignored, the answer was `prompt`'s)
+    "prompt_embeds": None,
     "chat_template": None,  # the server's (--chat-template), never a request's
     "chat_template_kwargs": {},
     "continue_final_message": False,
