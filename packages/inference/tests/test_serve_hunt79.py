@@ -165,3 +165,28 @@ def test_prompt_embeds_and_structural_tag_are_a_400_naming_them(server, route, f
     assert err["param"] == field
     ok = httpx.post(server.http_url + route, json={**body, field: None}, timeout=10)
     assert ok.status_code == 200, ok.text  # null is "not given", as in vLLM
+
+
+@pytest.mark.parametrize(
+    "types",
+    [
+        ["application/json", "text/plain"],
+        ["text/plain", "application/json"],
+        ["application/json", "application/json; charset=latin-1"],
+    ],
+)
+def test_differing_content_types_are_a_400(server, types):
+    """RFC 9110 5.3: Content-Type is a singleton field; only the first was read, so a JSON
+    body also declared text/plain (or in latin-1 by its second line) passed."""
+    headers = [("Content-Type", t) for t in types]
+    r = httpx.post(server.http_url + "/v1/completions", content=json.dumps(PROMPT),
+                   headers=headers, timeout=10)  # fmt: skip
+    assert r.status_code == 400, r.text
+    assert "Content-Type is given 2 times with different values" in r.json()["error"]["message"]
+
+
+def test_the_same_content_type_repeated_is_that_one(server):
+    headers = [("Content-Type", "application/json")] * 2
+    r = httpx.post(server.http_url + "/v1/completions", content=json.dumps(PROMPT),
+                   headers=headers, timeout=10)  # fmt: skip
+    assert r.status_code == 200, r.text

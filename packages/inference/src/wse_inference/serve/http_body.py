@@ -15,7 +15,8 @@
 `refusal_response(error, metrics)` is the HTTP answer to any refusal (400; 404 with code
 model_not_found for a model this server does not serve, as OpenAI's and vLLM's; 413, 429,
 503). A Content-Type other than
-application/json (or `application/*+json`), a charset other than UTF-8, or any content coding
+application/json (or `application/*+json`), or several differing ones, a charset other than
+UTF-8, or any content coding
 (gzip..., in any of the Content-Encoding headers), is a 400 before the body is read; a body
 that is empty, or not UTF-8 (UTF-16 included), is a 400 invalid_json.
 
@@ -178,11 +179,21 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-def _check_content_type(declared: str | None) -> None:
+def _check_content_type(fields: list[str]) -> None:
     """A body declared as anything but JSON (text/plain, a form: curl -d without -H) is refused,
-    as vLLM refuses it; no Content-Type at all is read as JSON."""
-    if declared is None:
+    as vLLM refuses it; no Content-Type at all is read as JSON. Content-Type is a singleton
+    field (RFC 9110 5.3): several differing ones are refused (hunt 79: only the first was
+    read, so JSON then text/plain passed); the same one repeated is that one."""
+    if not fields:
         return
+    if len(distinct := sorted({f.strip() for f in fields})) > 1:
+        said = ", ".join(repr(f[:40]) for f in distinct[:3])
+        raise InvalidRequestError(
+            f"Content-Type is given {len(fields)} times with different values ({said}"
+            f"{', ...' if len(distinct) > 3 else ''}); send one Content-Type: application/json.",
+            code="invalid_content_type",
+        )
+    declared = fields[0]
     media, *params = (part.strip() for part in declared.split(";"))
     media = media.lower()
     if media == "application/json" or (
@@ -270,7 +281,7 @@ def _parse(raw: bytes, max_depth: int) -> Any:
 
 async def read_json(request: Request, limits: RequestLimits) -> Any:
     """The request's JSON body within `limits` (see the module docstring)."""
-    _check_content_type(request.headers.get("content-type"))
+    _check_content_type(request.headers.getlist("content-type"))
     _check_content_encoding(request.headers.getlist("content-encoding"))
     budget = _budget(request, limits)
     raw = await _read_bytes(request, limits, budget)

@@ -9,11 +9,11 @@ repetition_penalty (> 0), stop_token_ids, ignore_eos (generation stops at the mo
 end-of-sequence tokens unless it is true), return_tokens_as_token_ids (logprobs name each
 token "token_id:N") and return_token_ids (choices carry their token_ids and the prompt's, as
 vLLM >= 0.10.2's). Integer fields take a whole-number float (2.0), as vLLM's pydantic does.
-Fields that would change the output but are not
-supported (best_of other than n, several prompts, a logit_bias, suffix, tools, functions, a
-tool_choice other than "none", a response_format other than text, and vLLM's extras in
-`openai_fields.NOT_HONOURED`: min_p, min_tokens, guided_*, structural_tag, prompt_embeds,
-prompt_logprobs, a request's chat_template...) are refused with `InvalidRequestError` (HTTP 400) unless absent, null or
+Fields that would change the output but are not supported (best_of other than n, several
+prompts, a logit_bias, suffix, tools, functions, a tool_choice other than "none", a
+response_format other than text, and vLLM's extras in `openai_fields.NOT_HONOURED`: min_p,
+min_tokens, guided_*, structural_tag, prompt_embeds, prompt_logprobs, a request's
+chat_template...) are refused with `InvalidRequestError` (HTTP 400) unless absent, null or
 neutral; so are the other route's field (messages on /v1/completions, prompt on chat) and
 stream_options without stream. `user` must be a string of at most
 `RequestLimits.max_user_chars`, vLLM's request_id a string (the response id is
