@@ -201,7 +201,7 @@ def test_http_10_is_still_served(server):
     "path, field", [("/v1/completions", "prompt"), ("/v1/chat/completions", "messages")]
 )
 @pytest.mark.parametrize("how", ["left out", "null"])
-def test_a_missing_prompt_is_missing_required_parameter_as_model_is(server, path, field, how):
+def test_a_missing_prompt_is_missing_required_parameter(server, path, field, how):
     body = {"model": "mock", "max_tokens": 2, **({field: None} if how == "null" else {})}
     err = _error(httpx.post(server.http_url + path, json=body), 400, server)
     assert (err["param"], err["code"]) == (field, "missing_required_parameter")

@@ -190,3 +190,22 @@ def test_the_same_content_type_repeated_is_that_one(server):
     r = httpx.post(server.http_url + "/v1/completions", content=json.dumps(PROMPT),
                    headers=headers, timeout=10)  # fmt: skip
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("model", ["left out", None, ""])
+def test_model_is_optional_and_the_answer_names_the_served_one(server, route, model, stream):
+    """vLLM: `model: str | None = None`, a missing (or empty) model is the served one, and the
+    answer's `model` is its name; here it was a 400 "model is required"."""
+    body = {**(CHAT if route.endswith("chat/completions") else PROMPT), "stream": stream}
+    del body["model"]
+    if model != "left out":
+        body["model"] = model
+    r = httpx.post(server.http_url + route, json=body, timeout=10)
+    assert r.status_code == 200, r.text
+    if stream:
+        chunks = [json.loads(x[6:]) for x in r.text.splitlines() if x.startswith("data: {")]
+        assert chunks and {c["model"] for c in chunks} == {"mock"}
+    else:
+        assert r.json()["model"] == "mock"

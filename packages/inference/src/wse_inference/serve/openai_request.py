@@ -19,7 +19,8 @@ stream_options without stream. `user` must be a string of at most
 `RequestLimits.max_user_chars`, vLLM's request_id a string (the response id is
 `chatcmpl-<request_id>` / `cmpl-<request_id>`, as vLLM's), its priority 0 (no priority
 scheduling here). A model name this server does not serve is `ModelNotFoundError`
-(HTTP 404 with OpenAI's code model_not_found, as OpenAI and vLLM answer); a missing one a 400.
+(HTTP 404 with OpenAI's code model_not_found, as OpenAI and vLLM answer); a missing, null or
+empty one is the served model, as in vLLM (the answer names it).
 Fields this module does not know are ignored, as vLLM ignores them (metadata, store,
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
 parallel_tool_calls, return_tokens_as_token_ids) must be JSON true, false or null: "false"
@@ -154,17 +155,13 @@ def _refuse_surrogates(body: dict) -> None:
             )
 
 
-def _check_model_name(model: Any, model_names: Sequence[str], *, required: bool) -> None:
-    """A missing or non-string model is a 400; a name this server does not serve is OpenAI's
-    and vLLM's 404 model_not_found (`ModelNotFoundError`)."""
-    if model is None and not required:
-        return
+def _check_model_name(model: Any, model_names: Sequence[str]) -> None:
+    """model is optional, as in vLLM (`model: str | None = None`; `_is_model_supported` takes
+    a missing or empty one as the served model; hunt 79: a 400 on the generation routes); a
+    non-string is a 400; a name this server does not serve is OpenAI's and vLLM's 404
+    model_not_found (`ModelNotFoundError`)."""
     if model is None or model == "":
-        raise InvalidRequestError(
-            f"model is required; this server serves {list(model_names)}.",
-            param="model",
-            code="missing_required_parameter",
-        )
+        return
     if not isinstance(model, str):
         raise invalid(
             f"model must be a string (one of {list(model_names)}), got {shown_json(model)}.",
@@ -283,7 +280,7 @@ def parse_request(
         raise invalid("The request body must be a JSON object.", None)
     _refuse_surrogates(body)
     model = body.get("model")
-    _check_model_name(model, model_names, required=True)
+    _check_model_name(model, model_names)
     refuse_other_route(body, kind)
     refuse_unsupported(body, limits or RequestLimits())
     n = integer(body, "n", 1) or 1
@@ -317,7 +314,7 @@ def parse_request(
     include_usage = stream_options(body.get("stream_options"), stream)
     return ParsedRequest(
         kind=kind,
-        model=str(model),
+        model=model or model_names[0],  # vLLM's: the served model's name when left out
         prompt_ids=prompt_ids,
         sampling=sampling,
         stream=stream,
@@ -335,7 +332,7 @@ def _check_model(body: Any, model_names: Sequence[str]) -> dict:
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.", None)
     _refuse_surrogates(body)
-    _check_model_name(body.get("model"), model_names, required=False)  # optional, as in vLLM
+    _check_model_name(body.get("model"), model_names)
     return body
 
 
