@@ -172,8 +172,8 @@ def _check_model_name(model: Any, model_names: Sequence[str]) -> None:
 
 
 def _check_present(body: dict, name: str) -> None:
-    """A route's prompt field left out (or null) is OpenAI's missing_required_parameter, as a
-    missing model is (hunt 58b: it was "prompt must be a string ..., got None")."""
+    """A route's prompt field left out (or null) is OpenAI's missing_required_parameter (hunt
+    58b: it was "prompt must be a string ..., got None")."""
     if body.get(name) is None:
         what = "a list of chat messages" if name == "messages" else "a string or token ids"
         raise InvalidRequestError(
