@@ -39,7 +39,7 @@ def test_bodies_past_the_budget_are_a_429_and_the_budget_comes_back():
         assert answer.startswith(b"HTTP/1.1 429"), answer[:200]
         assert b"retry-after: 1" in answer.lower()
         err = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
-        assert err["code"] == "queue_full" and "request bodies" in err["message"]
+        assert err["reason"] == "queue_full" and "request bodies" in err["message"]
         small = {"model": "mock", "prompt": "abc", "max_tokens": 2}
         r = httpx.post(server.http_url + "/v1/completions", json=small, timeout=30)
         assert r.status_code == 200, r.text  # small bodies still fit beside the stalled ones

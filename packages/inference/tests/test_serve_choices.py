@@ -80,7 +80,7 @@ def test_n_that_overflows_a_busy_queue_is_429_and_runs_nothing():
         assert wait_until(lambda: s.scheduler.stats().running == 1, 5)
         body["n"] = 3  # fits an idle server (one running, two waiting), not this busy one
         r = httpx.post(s.http_url + "/v1/completions", content=json.dumps(body), timeout=10)
-        assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full"
+        assert r.status_code == 429 and r.json()["error"]["reason"] == "queue_full"
         assert s.scheduler.stats().waiting == 0 and s.scheduler.stats().running == 1
         busy.cancel()
         assert wait_until(lambda: s.engine.metrics()["slots_in_use"] == 0, 5)

@@ -101,7 +101,7 @@ def test_stub_generation_from_the_proto(tmp_path):
     assert "GenerationStub" in code and "HealthCheck" in code
 
 
-@pytest.mark.parametrize(("stop", "words"), [([""] * 100, "at most 4"), (["x", ""], "empty")])
+@pytest.mark.parametrize(("stop", "words"), [([""] * 100, "at most 64"), (["x", ""], "empty")])
 def test_empty_stop_strings_are_counted_then_refused(shared, stop, words):
     """Hunt 55: 100 empty stop strings passed (dropped before the count of at most 4)."""
     channel, st = stub(shared)

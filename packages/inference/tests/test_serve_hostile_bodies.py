@@ -30,7 +30,7 @@ def server():
 def _error(r: httpx.Response, status: int, server) -> dict:
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and "\n" not in err["message"]
+    assert set(err) == {"message", "type", "param", "code", "reason"} and "\n" not in err["message"]
     assert httpx.get(server.http_url + "/health").status_code == 200
     return err
 
@@ -40,7 +40,7 @@ def test_a_charset_other_than_utf8_is_a_400_naming_it(server, charset):
     ctype = f"application/json; charset={charset}"
     r = httpx.post(server.http_url + "/v1/completions", json=BODY, headers={"content-type": ctype})
     err = _error(r, 400, server)
-    assert err["code"] == "invalid_content_type" and "UTF-8" in err["message"]
+    assert err["reason"] == "invalid_content_type" and "UTF-8" in err["message"]
     assert charset.strip('"').lower() in err["message"]
 
 
@@ -56,7 +56,7 @@ def test_utf8_declared_is_still_served(server, charset):
 def test_an_empty_body_is_a_400_saying_so(server, path, raw):
     r = httpx.post(server.http_url + path, content=raw)
     err = _error(r, 400, server)
-    assert err["code"] == "invalid_json" and "body is empty" in err["message"]
+    assert err["reason"] == "invalid_json" and "body is empty" in err["message"]
 
 
 @pytest.mark.parametrize("path", ["/openapi.json", "/docs", "/redoc"])
@@ -204,7 +204,7 @@ def test_http_10_is_still_served(server):
 def test_a_missing_prompt_is_missing_required_parameter(server, path, field, how):
     body = {"model": "mock", "max_tokens": 2, **({field: None} if how == "null" else {})}
     err = _error(httpx.post(server.http_url + path, json=body), 400, server)
-    assert (err["param"], err["code"]) == (field, "missing_required_parameter")
+    assert (err["param"], err["reason"]) == (field, "missing_required_parameter")
     assert err["message"].startswith(f"{field} is required")
 
 
@@ -220,5 +220,5 @@ def test_a_missing_prompt_is_missing_required_parameter(server, path, field, how
 def test_a_body_not_in_utf8_says_so_and_what_to_send(server, raw, words):
     # was Python's "Malformed JSON ...: 'utf-8' codec can't decode byte 0xff in position 0"
     err = _error(httpx.post(server.http_url + "/v1/completions", content=raw), 400, server)
-    assert err["code"] == "invalid_json" and words in err["message"]
+    assert err["reason"] == "invalid_json" and words in err["message"]
     assert "send the JSON in UTF-8" in err["message"] and "codec" not in err["message"]

@@ -46,7 +46,7 @@ def test_a_stop_string_past_1024_characters_is_a_400_naming_it(server, route, st
         f"Invalid 'stop[{index}]': string too long. Expected a string with maximum length 1024, "
         f"but got a string with length {length:,} instead."
     )
-    assert (err["param"], err["code"]) == ("stop", "string_above_max_length")
+    assert (err["param"], err["reason"]) == ("stop", "string_above_max_length")
 
 
 def test_a_stop_string_of_1024_characters_is_served(server):

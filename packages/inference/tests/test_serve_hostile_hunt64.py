@@ -74,7 +74,7 @@ def _length(answer: bytes) -> int:
 def _error(r: httpx.Response, status: int, server) -> dict:
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and "\n" not in err["message"]
+    assert set(err) == {"message", "type", "param", "code", "reason"} and "\n" not in err["message"]
     assert httpx.get(server.http_url + "/health").status_code == 200
     return err
 
@@ -97,7 +97,7 @@ def test_every_content_encoding_header_is_read_and_named(server, headers, named)
     sent = [("content-type", "application/json")] + [("content-encoding", h) for h in headers]
     r = httpx.post(server.http_url + "/v1/completions", content=gz, headers=sent)
     err = _error(r, 400, server)
-    assert err["code"] == "invalid_content_encoding", err
+    assert err["reason"] == "invalid_content_encoding", err
     assert err["message"] == (
         f"Content-Encoding {named!r} is not supported; send the JSON body uncompressed "
         "(no Content-Encoding)."
@@ -132,7 +132,7 @@ def _too_large(declared: int, limit: int = 2**21) -> str:
 def test_a_chunk_declaring_more_than_the_limit_is_a_413_at_once(server, size_line, declared):
     # was a 400 "stopped arriving ... then nothing for 10 s" after 10 s
     wait_s, status, body = _answer(server, CHUNKED + size_line + b"\r\n" + RAW[:50])
-    assert (status, body["error"]["code"]) == (413, "request_too_large"), body
+    assert (status, body["error"]["reason"]) == (413, "request_too_large"), body
     assert body["error"]["message"] == _too_large(declared)
     assert wait_s < 2.0, wait_s
 

@@ -55,7 +55,7 @@ def _refused(server, route: str, body: dict) -> dict:
     r = _post(server, route, body)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert "\n" not in err["message"] and err["type"] == "invalid_request_error"
+    assert "\n" not in err["message"] and err["type"] == "BadRequestError"
     return err
 
 

@@ -105,7 +105,7 @@ def test_raw_sse_ends_with_done(server):
 
 BAD = [
     (b"{not json", "/v1/completions", None),
-    ({"prompt": "a"}, "/v1/completions", "model"),
+    ({"prompt": "a", "model": 5}, "/v1/completions", "model"),  # a missing one is served (hunt 79)
     ({"model": "mock", "prompt": ""}, "/v1/completions", "prompt"),
     ({"model": "mock", "prompt": []}, "/v1/completions", "prompt"),
     ({"model": "mock", "prompt": "a", "max_tokens": 0}, "/v1/completions", "max_tokens"),
@@ -144,8 +144,8 @@ def test_bad_requests_get_400_with_openai_error_body(server, body, route, param)
     )
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
-    assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
+    assert set(err) == {"message", "type", "param", "code", "reason"}
+    assert err["type"] == "BadRequestError" and err["param"] == param and err["message"]
 
 
 def test_a_model_not_served_is_a_404_model_not_found(server):
@@ -156,10 +156,10 @@ def test_a_model_not_served_is_a_404_model_not_found(server):
                             {"role": "user", "content": "hi"}]})]:  # fmt: skip
         r = httpx.post(server.http_url + route, json=body, timeout=10)
         err = r.json()["error"]
-        assert r.status_code == 404 and err["code"] == "model_not_found", r.text
+        assert r.status_code == 404 and err["reason"] == "model_not_found", r.text
         assert err["param"] == "model" and "['mock']" in err["message"]
     r = httpx.get(server.http_url + "/v1/models/nope", timeout=10)
-    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    assert r.status_code == 404 and r.json()["error"]["reason"] == "model_not_found"
     assert httpx.get(server.http_url + "/v1/models/mock", timeout=10).json()["id"] == "mock"
 
 
@@ -171,7 +171,7 @@ def test_context_length_wording_and_client_error(server):
         "(100 in the messages, 50 in the completion). Please reduce the length of the messages "
         "or completion."
     )
-    assert info.value.body["code"] == "context_length_exceeded"
+    assert info.value.body["reason"] == "context_length_exceeded"
 
 
 def test_queue_full_gives_429_with_retry_after():
@@ -189,7 +189,7 @@ def test_queue_full_gives_429_with_retry_after():
                     r = httpx.post(s.http_url + "/v1/completions", json=body, timeout=10)
                 assert r.status_code == 429
                 assert int(r.headers["Retry-After"]) >= 1
-                assert r.json()["error"]["code"] == "queue_full"
+                assert r.json()["error"]["reason"] == "queue_full"
         assert wait_until(lambda: s.engine.metrics()["slots_in_use"] == 0, 5)
 
 
@@ -271,7 +271,13 @@ def test_metrics_health_and_errors_in_openai_shape(server):
     h = httpx.get(server.http_url + "/health", timeout=10)
     assert h.status_code == 200 and h.json()["status"] == "ok"
     r = httpx.get(server.http_url + "/v1/nothing", timeout=10)
-    assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+    assert r.status_code == 404 and set(r.json()["error"]) == {
+        "message",
+        "type",
+        "param",
+        "code",
+        "reason",
+    }
 
 
 def test_disconnect_while_waiting_leaves_the_queue():

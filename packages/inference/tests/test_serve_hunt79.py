@@ -209,3 +209,46 @@ def test_model_is_optional_and_the_answer_names_the_served_one(server, route, mo
         assert chunks and {c["model"] for c in chunks} == {"mock"}
     else:
         assert r.json()["model"] == "mock"
+
+
+def test_error_bodies_are_vllms():
+    """vLLM's ErrorResponse (engine/protocol.py): {"error": {"message", "type", "param",
+    "code"}}, code the HTTP status as an int, type "BadRequestError" / "NotFoundError" from
+    create_error_response, the status' phrase from its HTTPException handler; the message is
+    this server's, and `reason` its machine-readable cause (was OpenAI's `code` string)."""
+    with running_server(max_slots=2) as s:
+        r = httpx.post(s.http_url + "/v1/completions", json={**PROMPT, "n": 0}, timeout=10)
+        assert (r.status_code, r.json()) == (400, {"error": {
+            "message": "n must be in 1..16, got 0.", "type": "BadRequestError", "param": "n",
+            "code": 400, "reason": "invalid_value"}})  # fmt: skip
+        r = httpx.post(s.http_url + "/v1/completions", json={**PROMPT, "model": "x"}, timeout=10)
+        err = r.json()["error"]
+        assert (r.status_code, err["type"], err["code"], err["param"], err["reason"]) == (
+            404, "NotFoundError", 404, "model", "model_not_found")  # fmt: skip
+        r = httpx.get(s.http_url + "/nope", timeout=10)
+        assert (r.status_code, r.json()["error"]["type"], r.json()["error"]["code"]) == (
+            404, "Not Found", 404)  # fmt: skip
+        r = httpx.get(s.http_url + "/v1/completions", timeout=10)
+        assert (r.status_code, r.json()["error"]["type"]) == (405, "Method Not Allowed")
+        body = {**CHAT, "stream": True, "max_tokens": 1000}  # past the context: refused first
+        r = httpx.post(s.http_url + "/v1/chat/completions", json=body, timeout=10)
+        err = r.json()["error"]
+        assert (err["code"], err["type"], err["reason"]) == (
+            400, "BadRequestError", "context_length_exceeded")  # fmt: skip
+
+
+def test_more_than_four_stop_strings_and_the_limit_lifts(server, monkeypatch):
+    """vLLM sets no count on stop; OpenAI's 4 was fixed here. The mock answers "hi" with the
+    bytes after it ("jklm..."): of 5 stops, "l" is the first met, so the text is "jk"."""
+    url = server.http_url + "/v1/completions"
+    stops = ["x", "y", "z", "q", "l"]
+    r = httpx.post(url, json={**PROMPT, "max_tokens": 6, "stop": stops}, timeout=10)
+    assert r.status_code == 200, r.text
+    assert (r.json()["choices"][0]["text"], r.json()["choices"][0]["stop_reason"]) == ("jk", "l")
+    many = [f"s{i}" for i in range(65)]
+    r = httpx.post(url, json={**PROMPT, "stop": many}, timeout=10)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+    assert "at most 64 strings, got 65 (set WSE_LIMIT_SERVE_STOP_STRINGS to lift it)" in (
+        r.json()["error"]["message"])  # fmt: skip
+    monkeypatch.setenv("WSE_LIMIT_SERVE_STOP_STRINGS", "100")
+    assert httpx.post(url, json={**PROMPT, "stop": many}, timeout=10).status_code == 200

@@ -139,7 +139,7 @@ def test_bad_logprobs_and_penalties_are_400(server, body, route, param):
     r = httpx.post(server.http_url + route, json={"model": "mock", **body}, timeout=10)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["param"] == param and err["type"] == "invalid_request_error", err
+    assert err["param"] == param and err["type"] == "BadRequestError", err
 
 
 def test_penalties_in_range_are_accepted(server):

@@ -150,7 +150,7 @@ def test_random_requests_get_200_or_400_never_500(fast_server, body, model_ok, c
     )
     assert r.status_code in (200, 400, 404), r.text  # 404: a model not served (hunt 77)
     if r.status_code in (400, 404):
-        assert r.status_code == 400 or r.json()["error"]["code"] == "model_not_found"
-        assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+        assert r.status_code == 400 or r.json()["error"]["reason"] == "model_not_found"
+        assert set(r.json()["error"]) == {"message", "type", "param", "code", "reason"}
     elif body.get("stream") and r.text:
         assert r.text.rstrip().endswith("data: [DONE]")

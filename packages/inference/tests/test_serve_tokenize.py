@@ -56,7 +56,7 @@ def test_bad_bodies_are_400(url, route, body, param):
 def test_a_model_not_served_is_a_404_model_not_found(url):
     # hunt 56: OpenAI's code model_not_found; hunt 77: with OpenAI's and vLLM's status, 404
     r = httpx.post(url + "/tokenize", json={"model": "nope", "prompt": "a"}, timeout=10)
-    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+    assert r.status_code == 404 and r.json()["error"]["reason"] == "model_not_found", r.text
 
 
 @pytest.mark.parametrize(

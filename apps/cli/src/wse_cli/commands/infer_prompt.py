@@ -38,15 +38,18 @@ def check_utf8(name: str, text: str | None) -> None:
 
 
 def check_stop(stop: list[str]) -> None:
-    """--stop within the server's bounds (`RequestLimits`: OpenAI's 4 strings, 1,024
-    characters each; hunt 59: 100 stops of 100,000 characters were taken)."""
+    """--stop within the server's bounds (`LIMITS["serve_stop_strings"]` strings, the
+    `RequestLimits` 1,024 characters each; hunt 59: 100 stops of 100,000 characters were
+    taken)."""
     from wse_core.errors import shown
+    from wse_core.host.limits import lift, limit
     from wse_inference.serve.admission import RequestLimits
 
-    most, chars = RequestLimits.max_stop, RequestLimits.max_stop_chars
+    most, chars = limit("serve_stop_strings"), RequestLimits.max_stop_chars
     if len(stop) > most:
         fail(
-            f"--stop is given {len(stop)} times; give at most {most} stop strings (OpenAI's limit)"
+            f"--stop is given {len(stop)} times; give at most {most} stop strings "
+            f"({lift('serve_stop_strings')})"
         )
     for s in stop:
         if len(s) > chars:

@@ -7,11 +7,12 @@ One validator for both front ends, in the order a request meets it:
    depth (HTTP; protobuf messages have a fixed depth);
 2. before any tokenization, `check_sampling` (every sampling setting: temperature in [0, 2]
    (OpenAI's range), top_p, top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most
-   `max_stop` stop strings (empty ones counted, then refused as vLLM does) of at most
-   `max_stop_chars` characters each and `max_stop_token_ids` stop token ids, a seed that is
-   a 64-bit signed integer, also seed + n - 1 for n choices) and `encode_prompt`, which
-   refuses a prompt text longer in UTF-8 bytes than `max_context` tokens of this tokenizer can
-   hold (`tokenizer.max_token_bytes`, when the tokenizer declares it) before encoding it;
+   `max_stop` stop strings (`LIMITS["serve_stop_strings"]`; empty ones counted, then refused
+   as vLLM does) of at most `max_stop_chars` characters each and `max_stop_token_ids` stop
+   token ids, a seed that is a 64-bit signed integer, also seed + n - 1 for n choices) and
+   `encode_prompt`, which refuses a prompt text longer in UTF-8 bytes than `max_context`
+   tokens of this tokenizer can hold (`tokenizer.max_token_bytes`, when the tokenizer
+   declares it) before encoding it;
 3. after tokenization, `check_request` (in `Scheduler.submit`): an empty prompt, token ids
    outside the vocabulary, max_tokens <= 0, a prompt + max_tokens beyond the context window
    (vLLM's wording, `context_length_message`), and `check_sampling` again for callers that
@@ -35,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from wse_core.errors import WseError, shown
+from wse_core.host.limits import lift, limit
 
 from wse_inference.engine import MAX_LOGPROBS, SamplingParams
 
@@ -70,7 +72,9 @@ class RequestLimits:
     # it): 64 bodies of max_body_bytes (hunt 58b: 300 stalled 2 MB bodies held 650 MB)
     max_body_bytes_in_flight: int = 64 * 2**21
     max_json_depth: int = 32  # nested objects and lists in an HTTP body (400)
-    max_stop: int = 4  # stop strings (OpenAI's limit)
+    # stop strings; None: LIMITS["serve_stop_strings"] (64, WSE_LIMIT_SERVE_STOP_STRINGS
+    # lifts it; hunt 79: OpenAI's 4, fixed, refused an lm-eval task's `until` list)
+    max_stop: int | None = None
     # characters of one stop string (hunt 59: 1 MB stops were taken; the stream holds back
     # len - 1 characters of text to match one, so a stop that long held a whole completion
     # back): 40x the longest end markers of chat templates ('<|eot_id|>', '\n\nHuman:')
@@ -214,10 +218,12 @@ def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimit
         k = getattr(sampling, name)
         if k is not None and not 0 <= k <= MAX_LOGPROBS:
             raise InvalidRequestError(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", param=name)
-    if len(sampling.stop) > limits.max_stop:
+    max_stop = limit("serve_stop_strings") if limits.max_stop is None else limits.max_stop
+    if len(sampling.stop) > max_stop:
+        lifted = f" ({lift('serve_stop_strings')})" if limits.max_stop is None else ""
         raise InvalidRequestError(
-            f"stop must be a string or a list of at most {limits.max_stop} strings, got "
-            f"{len(sampling.stop)}.",
+            f"stop must be a string or a list of at most {max_stop} strings, got "
+            f"{len(sampling.stop)}{lifted}.",
             param="stop",
         )
     long = next((i for i, s in enumerate(sampling.stop) if len(s) > limits.max_stop_chars), None)

@@ -139,11 +139,9 @@ class Generation:
             self.cancel()
         if ev.error is not None:
             if ev.finish_reason == "invalid":  # refused by the engine itself
-                return error_response(
-                    400, ev.error, type_="invalid_request_error", code="invalid_value"
-                )
+                return error_response(400, ev.error, reason="invalid_value")
             status = 503 if ev.finish_reason == "abort" else 500
-            return error_response(status, ev.error, type_="server_error", code=ev.finish_reason)
+            return error_response(status, ev.error, reason=ev.finish_reason)
         usage, time_info = self._final(finals)
         choices = [
             Choice(
@@ -227,9 +225,8 @@ class Generation:
                 if ev.error is not None:
                     if ev.text:
                         yield sse(chunk_body(p, rid, created, Choice(ev.text, None), index=i))
-                    invalid = ev.finish_reason == "invalid"
-                    kind = "invalid_request_error" if invalid else "server_error"
-                    yield sse(error_body(ev.error, type_=kind, code=ev.finish_reason))
+                    status = {"invalid": 400, "abort": 503}.get(ev.finish_reason or "", 500)
+                    yield sse(error_body(ev.error, status=status, reason=ev.finish_reason))
                     break
                 # a chunk for every step that made tokens, its text "" while a character's
                 # bytes or a stop string's start are held back, as vLLM's (hunt 73: such steps

@@ -293,7 +293,7 @@ async def read_json(request: Request, limits: RequestLimits) -> Any:
 
 def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
     """The HTTP answer to a refused request (counted in `metrics` by reason): 400 with
-    OpenAI's error body (404 for a model not served: `ModelNotFoundError.http_status`), 413
+    vLLM's error body (404 for a model not served: `ModelNotFoundError.http_status`), 413
     before the rest of the body is read (a client that sends it anyway has it read and
     dropped, within `RequestLimits.max_discard_bytes` and `discard_s` (`http_protocol`):
     closing at once would reset the connection before the client reads the 413), 429 with
@@ -303,20 +303,17 @@ def refusal_response(e: Exception, metrics: ServeMetrics) -> Response:
         return Response(status_code=400)
     if isinstance(e, RequestTooLargeError):
         metrics.reject("invalid")
-        return error_response(413, str(e), type_="invalid_request_error", code=e.code)
+        return error_response(413, str(e), reason=e.code)
     if isinstance(e, InvalidRequestError):
         metrics.reject("invalid")
-        return error_response(
-            e.http_status, str(e), type_="invalid_request_error", param=e.param, code=e.code
-        )
+        return error_response(e.http_status, str(e), param=e.param, reason=e.code)
     if isinstance(e, QueueFullError):
         metrics.reject("queue_full")
         return error_response(
             429,
             str(e),
-            type_="rate_limit_error",
-            code="queue_full",
+            reason="queue_full",
             headers={"Retry-After": str(e.retry_after_s)},
         )
     metrics.reject("shutting_down")
-    return error_response(503, str(e), type_="service_unavailable", code="shutting_down")
+    return error_response(503, str(e), reason="shutting_down")

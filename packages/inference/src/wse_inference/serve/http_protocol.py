@@ -240,7 +240,7 @@ class JsonErrorsH11Protocol(H11Protocol):
         self._send_json_400()
 
     def _send_json_400(self) -> None:
-        """The 400 with OpenAI's body, written as bytes: h11 sends no response before a
+        """The 400 with vLLM's error body, written as bytes: h11 sends no response before a
         request's head (the timeout's case); the connection is closed after it."""
         why = self._why or "not an HTTP/1.1 request"
         if "Content-Length" in why and "framings" not in why:  # h11's words on the header
@@ -250,7 +250,7 @@ class JsonErrorsH11Protocol(H11Protocol):
                 f"the request line and headers exceed {self.max_head_bytes:,} bytes; send "
                 "smaller headers"
             )
-        err = error_body(f"Malformed HTTP request: {why}.", code="invalid_http")
+        err = error_body(f"Malformed HTTP request: {why}.", reason="invalid_http")
         body = json.dumps(err, separators=(",", ":")).encode()
         head = (
             "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"

@@ -2,8 +2,8 @@
 
 `completion_body`, `chunk_body` and `usage_chunk_body` build the answer bodies of
 `/v1/completions` and `/v1/chat/completions` from finished `Choice`s or streamed deltas
-(`serve.generation.Generation` drives them from scheduler events); `error_response` is the
-OpenAI error body with its status; `sse` frames one server-sent event.
+(`serve.generation.Generation` drives them from scheduler events); `error_response` is
+vLLM's error body (`error_body`) with its status; `sse` frames one server-sent event.
 
 Responses follow OpenAI's shapes, plus Cerebras' `time_info` ({queue_time, prompt_time,
 completion_time, total_time} in seconds, `created` in Unix seconds) next to `usage`.
@@ -15,6 +15,7 @@ the wire format (`openai_request` reads requests; `routes` holds the app, `app` 
 from __future__ import annotations
 
 import dataclasses
+import http
 import json
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ __all__ = [
     "token_text",
     "error_response",
     "error_body",
+    "error_type",
     "usage_dict",
     "logprobs_body",
     "logprobs_and_end",
@@ -65,15 +67,40 @@ def new_request_id(kind: str, base: str | None = None) -> str:
     )
 
 
+# vLLM's error `type` for a status: the `openai` client's exception class for it, which vLLM's
+# create_error_response names (BadRequestError, NotFoundError...); another status its HTTP
+# phrase, as vLLM's handler of Starlette's HTTPException writes it ("Method Not Allowed")
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError",
+                500: "InternalServerError"}  # fmt: skip
+
+
+def error_type(status: int) -> str:
+    return _ERROR_TYPES.get(status) or http.HTTPStatus(status).phrase
+
+
 def error_body(
     message: str,
     *,
-    type_: str = "invalid_request_error",
+    status: int = 400,
     param: str | None = None,
-    code: str | None = None,
+    reason: str | None = None,
+    type_: str | None = None,
 ) -> dict:
-    """OpenAI's error object."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    """vLLM's ErrorResponse, {"error": {"message", "type", "param", "code"}} with `code` the
+    HTTP status (an int) and `type` vLLM's name for it (`error_type`; vLLM >= 0.10's
+    engine/protocol.py ErrorInfo, not OpenAI's strings: hunt 79), plus `reason`: this
+    server's machine-readable cause (invalid_value, invalid_json, model_not_found,
+    context_length_exceeded, queue_full...; OpenAI's `code` strings, which vLLM's int
+    displaced; an extra key, which vLLM's ErrorInfo (extra="allow") and clients ignore)."""
+    return {
+        "error": {
+            "message": message,
+            "type": type_ or error_type(status),
+            "param": param,
+            "code": status,
+            "reason": reason,
+        }
+    }
 
 
 def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict:
@@ -171,13 +198,13 @@ def error_response(
     status: int,
     message: str,
     *,
-    type_: str,
     param: str | None = None,
-    code: str | None = None,
+    reason: str | None = None,
     headers: dict | None = None,
+    type_: str | None = None,
 ) -> JSONResponse:
-    """An OpenAI error body {"error": {...}} with an HTTP status."""
-    body = error_body(message, type_=type_, param=param, code=code)
+    """`error_body` with its HTTP status."""
+    body = error_body(message, status=status, param=param, reason=reason, type_=type_)
     return JSONResponse(body, status_code=status, headers=headers)
 
 

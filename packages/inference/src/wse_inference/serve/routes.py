@@ -11,7 +11,9 @@ vLLM's GET /version ({version}: the stack's) and POST /tokenize ({prompt} or
 The response id is vLLM's `chatcmpl-<id>` / `cmpl-<id>`, the id the X-Request-Id header
 names, else the body's request_id, else a fresh uuid (vLLM's `_base_request_id`); a request's
 X-Request-Id comes back as a response header (vLLM's XRequestIdMiddleware).
-Errors use OpenAI's body {"error": {"message", "type", "param", "code"}}: 400 for a bad
+Errors use vLLM's body {"error": {"message", "type", "param", "code"}} (`code` the HTTP
+status, `type` vLLM's name for it: "BadRequestError"...), with this server's `reason`
+(`openai_response.error_body`): 400 for a bad
 request (malformed or too deeply nested JSON, a Content-Type other than JSON included), 404
 for a request naming a model this server does not serve (/tokenize and /detokenize too) and
 GET /v1/models/{id} of one (model_not_found, as OpenAI and vLLM answer; hunt 77: a 400), or a
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import http
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -124,7 +127,7 @@ class _EchoRequestId:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """HTTP errors (404, 405...) and unhandled exceptions in OpenAI's error body."""
+    """HTTP errors (404, 405...) and unhandled exceptions in vLLM's error body."""
 
     @app.exception_handler(StarletteHTTPException)
     async def _httperror_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -146,14 +149,17 @@ def _add_error_handlers(app: FastAPI) -> None:
                 message = f"Invalid URL ({where}); did you mean {path}?"
         else:
             message = str(exc.detail)
-        return error_response(
-            exc.status_code, message, type_="invalid_request_error", headers=headers or None
+        return error_response(  # vLLM's type: the status' phrase ("Not Found")
+            exc.status_code,
+            message,
+            headers=headers or None,
+            type_=http.HTTPStatus(exc.status_code).phrase,
         )
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return error_response(500, f"internal error: {type(exc).__name__}", type_="server_error")
+        return error_response(500, f"internal error: {type(exc).__name__}")
 
 
 def _add_generation_routes(
@@ -257,9 +263,7 @@ def _add_status_routes(
     async def model(model: str) -> Response:  # OpenAI's retrieve: one model, or 404
         if model not in model_names:
             err = ModelNotFoundError(model, model_names)
-            return error_response(
-                404, str(err), type_="invalid_request_error", param="model", code=err.code
-            )
+            return error_response(404, str(err), param="model", reason=err.code)
         return JSONResponse(
             {
                 "id": model,
