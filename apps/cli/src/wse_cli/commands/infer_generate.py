@@ -139,9 +139,14 @@ def generate(
     temperature: float = number(  # the server's range (admission.MAX_TEMPERATURE, OpenAI's)
         None, "--temperature", help="In [0, 2]; 0 is greedy.", ge=0, le=2
     ),
-    top_k: int = number(
-        None, "--top-k", help="0 disables (int32 on the device).", kind=int, ge=0, le=INT32_MAX
-    ),
+    top_k: int = number(  # -1 as vLLM, `wse infer serve` and bench take it (hunt 79: exit 2)
+        None,
+        "--top-k",
+        help="0 or -1 (vLLM's) disables it (int32 on the device).",
+        kind=int,
+        ge=-1,
+        le=INT32_MAX,
+    ),  # fmt: skip
     top_p: float = number(None, "--top-p", help="In (0, 1].", gt=0, le=1),
     seed: int = number(None, "--seed", help="Sampling seed.", **SEED),
     stop: list[str] = typer.Option(None, "--stop", help="Stop string (repeatable)."),
@@ -196,7 +201,8 @@ def generate(
     from wse_inference.model_dir import cli_settings
 
     settings = cli_settings(  # generation_config.json's where not given (hunt 69: ignored)
-        model_dir, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+        model_dir, max_tokens=max_tokens, temperature=temperature,
+        top_k=0 if top_k == -1 else top_k, top_p=top_p,
         repetition_penalty=repetition_penalty,
     )  # fmt: skip
     sampling = SamplingParams(
