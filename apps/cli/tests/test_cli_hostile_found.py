@@ -304,7 +304,7 @@ def test_plan_totals_that_overflow_are_refused(args):
 
 def test_generate_top_k_past_int32_is_refused_at_parsing():
     args = ["infer", "generate", "--model-dir", "x", "--prompt", "x", "--top-k", "99999999999"]
-    _refused(args, "--top-k must be an integer in [0, 2147483647]")  # was an OverflowError
+    _refused(args, "--top-k must be an integer in [-1, 2147483647]")  # was an OverflowError
 
 
 @pytest.mark.parametrize(
