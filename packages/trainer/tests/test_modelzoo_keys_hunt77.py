@@ -5,7 +5,7 @@
 Oracle: ModelZoo's documented meanings. `autoload_checkpoint` (default true): with no
 checkpoint_path, resume from the newest checkpoint in model_dir, which every run here does,
 so a params file with `autoload_checkpoint: true` is the file without it (the same
-TrainConfig); false cannot run and its line says how to start fresh (a new model_dir).
+TrainConfig); false: test_autoload_hunt79.
 `num_epochs` counts passes over the data, which runs here do not have: its line names
 runconfig.max_steps, never num_steps."""
 
@@ -35,16 +35,7 @@ def test_autoload_checkpoint_true_is_what_runs(tmp_path, how):
     assert got == plain
 
 
-@pytest.mark.parametrize("where", ["file", "override"])
-def test_autoload_checkpoint_false_says_how_to_start_fresh(tmp_path, where):
-    with pytest.raises(ConfigError) as e:
-        if where == "file":
-            load_config(_params(tmp_path, autoload_checkpoint=False))
-        else:
-            load_config("tiny", ["runconfig.autoload_checkpoint=false"])
-    line = str(e.value)
-    assert "\n" not in line and "did you mean" not in line
-    assert "always resumes from the newest checkpoint" in line and "new model_dir (-o)" in line
+# `false`: test_autoload_hunt79 (refused only where a step would be loaded)
 
 
 def test_autoload_checkpoint_of_no_boolean_is_refused():

@@ -126,6 +126,9 @@ class RunConfig:
     sample_temperature: float = 0.0  # 0: greedy
     save_initial_checkpoint: bool = False
     validate_only: bool = False
+    # ModelZoo's; false: no resume from model_dir's newest step, refused only where there is
+    # one and no checkpoint_path (`modelzoo_runconfig.autoload_problem`)
+    autoload_checkpoint: bool = True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -216,7 +219,7 @@ def _section(name: str, data: Any, written: Mapping[str, Written]) -> Any:
     if cls is None:
         return types.MappingProxyType({"preset": "tiny-gpt2", **data})
     fields = {f.name for f in dataclasses.fields(cls)}
-    if name == "runconfig":  # ModelZoo's autoload_checkpoint: true is what runs here
+    if name == "runconfig":  # ModelZoo's autoload_checkpoint of no boolean, null epochs
         data, why = runconfig_read(data)
         if why:
             raise ConfigError(why)

@@ -5,7 +5,14 @@ pytree with its stacked layers cut apart, so a layer is updated without touching
 others). Each group has its own state of the same per-element optax transform, so applying
 an update group by group as each gradient arrives is the whole-model arithmetic. With
 global-norm clipping MemoryX holds the gradients until the last group has arrived (the norm
-needs all of them), then applies every update with optax's clipping rule.
+needs all of them), then applies every update with optax's clipping rule: that is
+`max_gradient_norm=`, never a clip inside `tx`. A `tx` whose update couples the groups
+(`optax.chain(optax.clip_by_global_norm(c), ...)`: each group would be clipped by its own
+norm; hunt 79: parameters 6e-3 off a plain optax step after 3 steps, unsaid) is refused when
+MemoryX is made (`groupwise_problem`): two updates of a small stand-in of the params tree
+(two stacked layers) as one tree and group by group must agree; this refuses a reduction
+over a stacked leaf too (`optax.clip_by_block_rms`: each layer's RMS here, all layers'
+in a plain optax step).
 
 `weights(name, dtype)` is what SwarmX broadcasts: the group in the compute dtype (bf16
 compute on fp32 masters when the model's dtype says so). The update itself is one jitted
@@ -36,11 +43,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from wse_core.errors import WseError
 from wse_models import layer_slice
 
 from wse_trainer.swarmx import to_device
 
-__all__ = ["MemoryX", "group_names", "split_groups", "join_groups", "without"]
+__all__ = ["MemoryX", "group_names", "groupwise_problem", "split_groups", "join_groups",
+           "without"]  # fmt: skip
 
 
 def without(layer: Mapping[str, Any], keys: Any) -> dict[str, Any]:
@@ -77,6 +86,61 @@ def _updated(tx: optax.GradientTransformation, grads, params, state):
 def _square_norm(total, grads):
     """`total` plus the squared L2 norm of the gradient pytree `grads` (a device scalar)."""
     return total + optax.tree.norm(grads, squared=True)
+
+
+def groupwise_problem(tx: optax.GradientTransformation, params: Mapping[str, Any]) -> str | None:
+    """The line why `tx` cannot be applied group by group, or None (module doc): its updates
+    of a stand-in for the model's `params` (its structure, each leaf's rank, two stacked
+    layers, one element a layer) as one tree and as MemoryX applies them, group by group,
+    must agree within 1e-5 relative over `PROBE_STEPS` steps (`_probe_grads`). A transform
+    of each element (adam, sgd, decay, optax.clip) agrees; one that reduces over a leaf
+    (its stacked layers: clip_by_block_rms) or over the tree (clip_by_global_norm) does
+    not. Cached by `tx` and the tree's structure and ranks."""
+    ranks = jax.tree.map(jnp.ndim, dict(params))
+    return _groupwise(tx, jax.tree.structure(ranks), tuple(jax.tree.leaves(ranks)))
+
+
+# Gradient magnitudes 1e-12 .. 1e12 in steps of 1e3, each step's proportions between the
+# leaves reversed from the last: any clip threshold acts on some steps and not on those just
+# before (adam after a clip is scale-free within one step, not across a mix of steps), and
+# one that acts on all of them sees other proportions each step.
+PROBE_STEPS = 9
+
+
+@functools.lru_cache(maxsize=32)
+def _groupwise(tx: optax.GradientTransformation, treedef: Any, ranks: tuple) -> str | None:
+    ranked = jax.tree.unflatten(treedef, range(len(ranks)))
+
+    def ids(path: Any, i: int) -> Any:  # leaf i's values: i + 1, times 1, 2 along its layers
+        if path[0].key != "layers":
+            return jnp.full((1,) * ranks[i], i + 1.0, jnp.float32)
+        return (i + 1.0) * jnp.arange(1.0, 3.0).reshape((2,) + (1,) * (ranks[i] - 1))
+
+    ids = jax.tree_util.tree_map_with_path(ids, ranked)
+    n = 2 * len(ranks) + 3
+    stand = jax.tree.map(jnp.zeros_like, ids)  # no decay to drown a tiny step's difference
+    update = tx.update  # unjitted: a compile a group shape costs more than the tiny steps
+    whole_state, parts = tx.init(stand), split_groups(stand, 2)
+    states = {k: tx.init(v) for k, v in parts.items()}
+    worst = 0.0
+    for t in range(PROBE_STEPS):
+        scale, odd = 10.0 ** (3 * t - 12), t % 2
+        grads = jax.tree.map(lambda i, s=scale, o=odd: s * (i if o else n - i), ids)
+        whole, whole_state = update(grads, whole_state, stand)
+        apart = {}
+        for k, g in split_groups(grads, 2).items():
+            apart[k], states[k] = update(g, states[k], parts[k])
+        rel = lambda a, b: jnp.max(jnp.abs(a - b) / (jnp.abs(a) + 1e-30))
+        diff = jax.tree.map(rel, whole, join_groups(apart, 2))
+        worst = max([worst, *map(float, jax.tree.leaves(diff))])
+    if worst <= 1e-5:
+        return None
+    return (
+        "tx couples the weights it updates (its update of the whole model differs from "
+        f"MemoryX's, one layer at a time, by {worst:.2g} relative), e.g. "
+        "optax.clip_by_global_norm or clip_by_block_rms: leave the clip out of tx and give "
+        "max_gradient_norm= (MemoryX clips by the global norm)"
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -128,10 +192,12 @@ class MemoryX:
     ):
         self.n_layers, self.tx, self.max_norm = n_layers, tx, max_gradient_norm
         self.device = device or jax.devices()[0]
+        if why := groupwise_problem(tx, params):  # hunt 79: a global clip ran per group
+            raise WseError(why)
+        groups = split_groups(params, n_layers)
         f32 = lambda x: jnp.array(x, jnp.float32, copy=True)  # own copy: updates donate it
         self.params = {
-            k: jax.device_put(jax.tree.map(f32, v), self.device)
-            for k, v in split_groups(params, n_layers).items()
+            k: jax.device_put(jax.tree.map(f32, v), self.device) for k, v in groups.items()
         }
         # committed to the device as the updates' outputs are (hunt 70: optax's uncommitted
         # count made step 2 compile every group's update again, 1.4 s of a 0.01 s step)

@@ -2,16 +2,26 @@
 work one way only.
 
 - `autoload_checkpoint` (ModelZoo: with no checkpoint_path, resume from the newest checkpoint
-  in model_dir; its default true) is what every run here does: `true` (or null) is read as
-  that and dropped; `false` is refused, saying how to start fresh (a new model_dir) or from a
-  chosen step (`--checkpoint-path`); any other value is refused as no boolean (hunt 77: "did
-  you mean 'save_initial_checkpoint'?"). `num_epochs` and `steps_per_epoch`
+  in model_dir; its default true; false: start from scratch unless checkpoint_path names one)
+  is `RunConfig.autoload_checkpoint`; `true` or null is what every run here does (null is read
+  as the key left out). `false` means what runs wherever no checkpoint would be autoloaded: a
+  new or empty model_dir, one whose checkpoints/ holds no step, or a `checkpoint_path`
+  (`--checkpoint-path`), which ModelZoo loads whatever autoload says. Only a model_dir that
+  holds a step and no checkpoint_path is refused (`autoload_problem`, asked by
+  `session.check_inputs`, so `--validate-only` too): ModelZoo would start from scratch there;
+  a run here does not, since a run folder holds one run (its metrics.jsonl, tokenizer.json and
+  steps would mix two runs' steps 1..N), so the line names a new model_dir (-o), or the key
+  left out to resume (hunt 79: false was refused at read time, even for a new folder or with
+  the `--checkpoint-path` its own line advised). Any other value is refused as no boolean
+  (hunt 77: "did you mean 'save_initial_checkpoint'?"). `num_epochs` and `steps_per_epoch`
   (no epochs here) are refused with their note in `modelzoo_keys.MODELZOO_NOTES`; a null
   (ModelZoo's default: unset) is dropped, as the key left out (hunt 78: refused as unknown).
 
 `runconfig_read(data)` is the runconfig mapping with `autoload_checkpoint` and the null epoch
-keys read, or the line why it cannot be. The reader (`wse_trainer.config`) imports it; a
-`key=null` override of a key in `READ_AS_RUNS` is no unknown key (`override_nulls`).
+keys read, or the line why it cannot be; `autoload_problem(runconfig, steps)` the line for
+`false` where the model_dir's committed `steps` would be loaded. The reader
+(`wse_trainer.config`) imports it; a `key=null` override of a key in `READ_AS_RUNS` is no
+unknown key (`override_nulls`).
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from typing import Any
 
 from wse_core.errors import shown
 
-__all__ = ["READ_AS_RUNS", "runconfig_read"]
+__all__ = ["READ_AS_RUNS", "autoload_problem", "runconfig_read"]
 
 AUTOLOAD = "autoload_checkpoint"
 EPOCHS = ("num_epochs", "steps_per_epoch")  # null: unset, dropped; a value: refused
@@ -30,19 +40,27 @@ READ_AS_RUNS = frozenset({("runconfig", k) for k in (AUTOLOAD, *EPOCHS)})
 
 
 def runconfig_read(data: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """(the runconfig mapping without `autoload_checkpoint` and null epoch keys, None), or
-    (it, the line why its value cannot run) (module doc)."""
-    out = {k: v for k, v in data.items() if k != AUTOLOAD and not (k in EPOCHS and v is None)}
-    if AUTOLOAD not in data or data[AUTOLOAD] is None or data[AUTOLOAD] is True:
+    """(the runconfig mapping with a null `autoload_checkpoint` and null epoch keys dropped,
+    None), or (it, the line why its `autoload_checkpoint` is no boolean) (module doc)."""
+    out = {k: v for k, v in data.items() if not (k in (AUTOLOAD, *EPOCHS) and v is None)}
+    value = data.get(AUTOLOAD)
+    if value is None or isinstance(value, bool):
         return out, None
-    value = data[AUTOLOAD]
-    if value is False:
-        return out, (
-            "runconfig.autoload_checkpoint false cannot run: a run here always resumes from "
-            "the newest checkpoint in its model_dir (ModelZoo's true); to start fresh, leave "
-            "the key out and give a new model_dir (-o), or --checkpoint-path for a chosen step"
-        )
     return out, (
         f"runconfig.autoload_checkpoint must be true or false, got {shown(value, quote=False)} "
         "(true, ModelZoo's default, is what runs here: leave the key out)"
+    )
+
+
+def autoload_problem(runconfig: Any, steps: list[int]) -> str | None:
+    """The line for `autoload_checkpoint: false` where the run would load a checkpoint the
+    user asked it not to: no checkpoint_path and `steps` (the model_dir's committed steps)
+    not empty; else None (module doc)."""
+    if runconfig.autoload_checkpoint or runconfig.checkpoint_path or not steps:
+        return None
+    return (
+        f"runconfig.autoload_checkpoint false: model_dir {runconfig.model_dir!r} holds "
+        f"checkpoint step {max(steps)}, which a run here resumes (one run a folder: ModelZoo "
+        "would start from scratch beside it); to start fresh give a new model_dir (-o), to "
+        "resume leave the key out, or give --checkpoint-path for a chosen step"
     )

@@ -309,7 +309,7 @@ RESUMABLE = frozenset(
       "checkpoint_path", "checkpoint_steps", "keep_checkpoint_max", "log_steps",
       "eval_frequency", "seed", "num_csx", "wafer", "activation_stride", "weight_chunks",
       "cpu_shards", "sample_tokens", "sample_prompt", "sample_temperature",
-      "save_initial_checkpoint", "validate_only")}
+      "save_initial_checkpoint", "validate_only", "autoload_checkpoint")}
     | {f"train_input.{k}" for k in ("data_dir", "text_key", "split", "max_corpus_bytes",
        "micro_batch_size", "eval_steps", "shuffle_seed")}
 )  # fmt: skip

@@ -95,7 +95,13 @@ def _jitted_fns(model: Any, loss_scale: float):
 
 
 class StreamedTrainer:
-    """Weight-streaming data-parallel training of a `wse_models` config."""
+    """Weight-streaming data-parallel training of a `wse_models` config.
+
+    `tx` is applied by MemoryX one weight group (embedding, each layer, final) at a time, so
+    it must act on each element: a transform that reduces over the tree or a stacked leaf
+    (`optax.clip_by_global_norm`, `clip_by_block_rms`, LAMB's trust ratio) is refused with a
+    WseError (`memoryx.groupwise_problem`; hunt 79: it clipped each layer by its own norm,
+    unsaid). Clip by the global norm with `max_gradient_norm=` instead."""
 
     def __init__(
         self,
