@@ -110,16 +110,44 @@ def scheduler_list(value: Any) -> str:
     """The line for ModelZoo's `learning_rate:` scheduler list (or one scheduler's mapping),
     with its settings here where it is a linear warm-up from 0 and one decay (hunt 69: it
     was refused with a repr of its dicts)."""
-    steps = value if isinstance(value, list) else [value]
+    steps = _plain_steps(value)
     same = _translated(steps)
+    iters = [s.get("total_iters") for s in steps if isinstance(s, dict)]
+    iters = [i for i in iters if type(i) is int and i > 0]  # hunt 79: the example dropped them
+    decay = f", decay_steps: {sum(iters)}" if iters else ""  # copied, it decayed over max_steps
     example = f"for this list, {same}" if same else (
-        "e.g. learning_rate: 0.001, warmup_steps: 10, lr_schedule: cosine, "
+        f"e.g. learning_rate: 0.001, warmup_steps: 10, lr_schedule: cosine{decay}, "
         "min_learning_rate: 0.0001")  # fmt: skip
     return (
         "optimizer.learning_rate is a ModelZoo scheduler list; wse train takes one number "
         "plus lr_schedule (constant|cosine|linear), warmup_steps, decay_steps and "
         f"min_learning_rate: {example}"
     )
+
+
+def _plain_steps(value: Any) -> list[Any]:
+    """ModelZoo's scheduler list in its `scheduler: Name` form: `SequentialLR: {schedulers:
+    [...]}` is its list, a `{LinearLR: {...}}` item (2.x) is `{scheduler: LinearLR, ...}`
+    (hunt 79: those forms got an example without their decay_steps); a last Constant at the
+    end rate of the decay before it is what runs after a decay here, and is dropped."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((name, inner),) = value.items()
+        if str(name).casefold() == "sequentiallr" and isinstance(inner, dict):
+            value = inner.get("schedulers", value)
+    steps = value if isinstance(value, list) else [value]
+    out = []
+    for step in steps:
+        if isinstance(step, dict) and len(step) == 1 and "scheduler" not in step:
+            ((name, inner),) = step.items()
+            if str(name).casefold() in SCHEDULE_NAMES and isinstance(inner, dict):
+                step = {"scheduler": name, **inner}
+        out.append(step)
+    if len(out) == 3 and all(isinstance(s, dict) for s in out):
+        *_, decay, last = out
+        flat = SCHEDULE_NAMES.get(str(last.get("scheduler", "")).casefold()) == "constant"
+        if flat and last.get("learning_rate") == decay.get("end_learning_rate"):
+            out = out[:2]
+    return out
 
 
 def _translated(steps: list[Any]) -> str | None:
@@ -143,7 +171,8 @@ def _translated(steps: list[Any]) -> str | None:
         warmup = w.get("total_iters")
         if type(warmup) is not int or warmup <= 0:
             return None
-    parts = [f"learning_rate: {peak}"] + [f"warmup_steps: {warmup}"] * bool(warmup)
+    # warmup_steps: 0 said too: a file's own warm-up would stay (hunt 79)
+    parts = [f"learning_rate: {peak}", f"warmup_steps: {warmup}"]
     parts.append(f"lr_schedule: {kind}")
     if kind != "constant" and type(iters) is int and iters > 0:
         parts.append(f"decay_steps: {warmup + iters}")
