@@ -96,3 +96,31 @@ def test_a_per_element_or_per_leaf_tx_runs_and_matches_the_plain_step(name):
     assert groupwise_problem(tx, params) is None
     # fp32 sums in another order (test_trainer_stream: 1e-5 at lr 1e-3)
     assert max_diff(_streamed(_trainer(model, tx), model), _plain(model, tx)) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(optimizer_type="adamw", weight_decay=0.1), dict(optimizer_type="adam", weight_decay=0.01),
+     dict(optimizer_type="sgd", momentum=0.9, nesterov=True, weight_decay=0.01),
+     dict(optimizer_type="sgd", momentum=0.0)],
+)  # fmt: skip
+def test_the_trainers_own_transforms_skip_the_probe_and_would_pass_it(kw, monkeypatch):
+    """`optimizer.base_transform` marks its tx elementwise: `wse train` pays no probe (1-5 s
+    at its first run). The mark is sound: the probe itself, run on the unmarked transform,
+    finds each of them per element; and a marked tx is never probed."""
+    from wse_trainer import memoryx
+    from wse_trainer.config import OptimizerConfig
+    from wse_trainer.optimizer import _base_transform, base_transform
+
+    model = stream_model()
+    params = wse_models.init_params(model, jax.random.key(1))
+    cfg = OptimizerConfig(**kw)
+    assert groupwise_problem(_base_transform(cfg, 10), params) is None  # probed: unmarked
+
+    def probe(*a):
+        raise AssertionError("a marked tx was probed")
+
+    monkeypatch.setattr(memoryx, "_groupwise", probe)
+    assert groupwise_problem(base_transform(cfg, 10), params) is None
+    with pytest.raises(AssertionError, match="probed"):
+        groupwise_problem(optax.sgd(0.1), params)

@@ -48,8 +48,8 @@ from wse_models import layer_slice
 
 from wse_trainer.swarmx import to_device
 
-__all__ = ["MemoryX", "group_names", "groupwise_problem", "split_groups", "join_groups",
-           "without"]  # fmt: skip
+__all__ = ["MemoryX", "elementwise", "group_names", "groupwise_problem", "split_groups",
+           "join_groups", "without"]  # fmt: skip
 
 
 def without(layer: Mapping[str, Any], keys: Any) -> dict[str, Any]:
@@ -88,6 +88,17 @@ def _square_norm(total, grads):
     return total + optax.tree.norm(grads, squared=True)
 
 
+_ELEMENTWISE: dict[int, optax.GradientTransformation] = {}
+
+
+def elementwise(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """`tx`, known to act on each element (the trainer's own adamw, adam and sgd, built by
+    `optimizer.base_transform`): `groupwise_problem` takes it without its probe, whose first
+    run cost `wse train` 1-5 s before its first step. Held here, so its id stays its own."""
+    _ELEMENTWISE[id(tx)] = tx
+    return tx
+
+
 def groupwise_problem(tx: optax.GradientTransformation, params: Mapping[str, Any]) -> str | None:
     """The line why `tx` cannot be applied group by group, or None (module doc): its updates
     of a stand-in for the model's `params` (its structure, each leaf's rank, two stacked
@@ -95,7 +106,10 @@ def groupwise_problem(tx: optax.GradientTransformation, params: Mapping[str, Any
     must agree within 1e-5 relative over `PROBE_STEPS` steps (`_probe_grads`). A transform
     of each element (adam, sgd, decay, optax.clip) agrees; one that reduces over a leaf
     (its stacked layers: clip_by_block_rms) or over the tree (clip_by_global_norm) does
-    not. Cached by `tx` and the tree's structure and ranks."""
+    not. Cached by `tx` and the tree's structure and ranks; a `tx` marked `elementwise` is
+    not probed."""
+    if _ELEMENTWISE.get(id(tx)) is tx:
+        return None
     ranks = jax.tree.map(jnp.ndim, dict(params))
     return _groupwise(tx, jax.tree.structure(ranks), tuple(jax.tree.leaves(ranks)))
 

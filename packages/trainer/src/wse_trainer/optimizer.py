@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import optax
 
 from wse_trainer.config import ConfigError, OptimizerConfig
+from wse_trainer.memoryx import elementwise
 
 __all__ = ["schedule", "step_rate", "base_transform", "full_transform", "kept_decay",
            "decays"]  # fmt: skip
@@ -138,7 +139,12 @@ def kept_decay(
 
 @functools.lru_cache(maxsize=16)
 def base_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransformation:
-    """The per-element transform (cached: equal configs share one object and its jits)."""
+    """The per-element transform (cached: equal configs share one object and its jits),
+    marked `memoryx.elementwise`: MemoryX applies it group by group without a probe."""
+    return elementwise(_base_transform(cfg, max_steps))
+
+
+def _base_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransformation:
     lr = schedule(cfg, max_steps)
     kind = cfg.optimizer_type
     if kind == "adamw":  # optax.adamw's chain, its decay masked (`_masked_decay`)
