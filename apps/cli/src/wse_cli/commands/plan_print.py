@@ -104,12 +104,12 @@ def _gpu_parts(g: dict) -> str:
 
 
 def _scaling(w: dict) -> str:
-    """Weak (same batch per system) and strong (same global batch) speedups over one system
-    at its fastest micro-batch (below 1 at one system where the micro-batch priced is not)."""
+    """Weak (same batch per system and micro-batch setting) and strong (same global batch,
+    one system at its fastest micro-batch) speedups over one system; 1 at one system."""
     weak = f"weak {w['weak_speedup']:.4g}x"
     strong = "-" if w["strong_speedup"] is None else f"{w['strong_speedup']:.4g}x"
-    return (f"{weak}, strong {strong} ({w['swarmx_levels']} SwarmX levels; one system at its "
-            "fastest micro-batch)")  # fmt: skip
+    return (f"{weak}, strong {strong} ({w['swarmx_levels']} SwarmX levels; weak: one system "
+            "at the same micro-batch setting, strong: at its fastest)")  # fmt: skip
 
 
 def _cost_rows(w: dict, g: dict | None) -> list[tuple[str, str, str]]:

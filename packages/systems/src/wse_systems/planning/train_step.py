@@ -30,8 +30,9 @@ def wafer_train_step(
     planned step (`wse_systems.training.micro_batch.plan_step`: the micro-batch resolved as
     `wse train` resolves it, "auto" the largest that fits, "explore" the fastest; a
     RunReport) and its scaling against one system (`wse_systems.training.scaling`): weak,
-    one system with the same per-system batch; strong, one system with the whole global
-    batch, each at its fastest micro-batch (explore). Figures: tokens/s, the precision the
+    one system with the same per-system batch and micro-batch setting (1 at one system);
+    strong, one system with the whole global batch at its fastest micro-batch (explore; at
+    one system the same job, 1). Figures: tokens/s, the precision the
     step ran in (`wse_systems.training.placement.precision_of`: fp32 / mixed), micro-batch
     and their count, what sets the step, the step's parts (compute, weights in, gradients
     out, MemoryX's update: busy seconds) and the seconds the streams add. With `batch` None
@@ -67,13 +68,15 @@ def wafer_train_step(
                 f"default plan's, kept at micro-batch {micro_batch}"
             )
     report = report or step(num_csx, batch, micro_batch)
-    # one system at its fastest micro-batch (explore), whatever the setting priced: speedup
-    # against the best one system does, not a slower baseline (Bailey 1991, "Twelve ways to
-    # fool the masses"); <= N, below 1 at N = 1 where the setting priced is not the fastest
-    # (hunt 72: auto, wse train's default; the hint names the fastest)
-    weak = step(1, batch, "explore")
+    # weak: one system running the same per-system batch at the same micro-batch setting, so
+    # the figure is the scale-out alone, exactly 1 at N = 1 (the same job; hunt 79: it was
+    # against explore's micro-batch, so one system read "0.8949x" against itself: the hint
+    # line gives the micro-batch saving); strong: one system running the whole global batch
+    # at its fastest micro-batch (explore), not a slower baseline (Bailey 1991, "Twelve ways
+    # to fool the masses"); at N = 1 it is the weak job, 1
+    weak = report if num_csx == 1 else step(1, batch, micro_batch)
     try:
-        strong = step(1, num_csx * batch, "explore")
+        strong = weak if num_csx == 1 else step(1, num_csx * batch, "explore")
     except WseError:  # no micro-batch of the global batch fits one system
         strong = None
     x, point = report.extra, scale_point(spec, report, weak.extra["tokens_per_s"])
