@@ -30,16 +30,16 @@ def test_llama_8b_fits_by_even_share_and_overflows_on_its_last_stage():
     # the last stage: 16 layers + the final norm + the head; one micro-batch's 16 layer inputs
     # in flight (1F1B), the working set, and the output layer's input and fp32 logits
     # (Megatron: 4 s (d + V) bytes)
-    last = (16 * (16 * LAYER + FINAL) + 16 * 2 * sd + 34 * sd + 4 * s * (4096 + 128256)) / tp
+    last = (18 * (16 * LAYER + FINAL) + 16 * 2 * sd + 34 * sd + 4 * s * (4096 + 128256)) / tp
     # the first: 16 layers + the embedding; pp = 2 micro-batches' 16 layer inputs, the
     # working set and the int64 input ids of both
-    first = (16 * (16 * LAYER + EMBED) + 2 * 16 * 2 * sd + 34 * sd + 8 * s * 2) / tp
-    assert last == 84_533_084_160 > USABLE > first
+    first = (18 * (16 * LAYER + EMBED) + 2 * 16 * 2 * sd + 34 * sd + 8 * s * 2) / tp
+    assert last == 88_548_216_832 > USABLE > first
     assert gl.stage_bytes(m, s, tp, pp) == (first, last)
     assert gl.train_bytes(m, s, tp, pp) == last
     # so 4 H100s run it as tp 4 x pp 1 alone, its one stage holding everything once (before:
     # tp 2 x pp 2 was accepted at an even share of 58.4 GB a GPU)
-    one = 16 * PARAMS + 32 * 2 * sd + 34 * sd + 8 * s + 4 * s * (4096 + 128256)
+    one = 18 * PARAMS + 32 * 2 * sd + 34 * sd + 8 * s + 4 * s * (4096 + 128256)
     runs = list(gl.layouts(m, gpum.H100, 4, s, 1))
     assert [(x.dp, x.tp, x.pp, x.bytes_per_gpu) for x in runs] == [(1, 4, 1, one / 4)]
     assert gpum.train_step(m, gpum.H100, num_gpus=4, batch=1, seq_len=s).layout == runs[0]
@@ -48,7 +48,7 @@ def test_llama_8b_fits_by_even_share_and_overflows_on_its_last_stage():
 def test_one_stage_holds_everything_once_with_its_logits():
     m, s = LLAMA31_8B, 8192
     sd = s * 4096
-    one = 16 * PARAMS + 32 * 2 * sd + 34 * sd + 8 * s + 4 * s * (4096 + 128256)
+    one = 18 * PARAMS + 32 * 2 * sd + 34 * sd + 8 * s + 4 * s * (4096 + 128256)
     assert gl.stage_bytes(m, s, 8, 1) == (one / 8, one / 8)
 
 
@@ -62,8 +62,8 @@ def test_tied_embeddings_keep_a_copy_on_the_last_stage():
     s, pp = 1024, 4
     first_p = 3 * layer + v * d + 1024 * d
     last_p = 3 * layer + 2 * d + v * d  # final LayerNorm + the head's copy of the table
-    first = 16 * first_p + 4 * 3 * 2 * s * d + 34 * s * d + 8 * s * 4
-    last = 16 * last_p + 3 * 2 * s * d + 34 * s * d + 4 * s * (d + v)
+    first = 18 * first_p + 4 * 3 * 2 * s * d + 34 * s * d + 8 * s * 4
+    last = 18 * last_p + 3 * 2 * s * d + 34 * s * d + 4 * s * (d + v)
     assert gl.stage_bytes(g, s, 1, pp) == (first, last)
     assert last > first  # the logits (206 MB) outweigh the first stage's 3 more inputs
     assert gl.stage_params(g, pp) == max(first_p, last_p)
@@ -71,7 +71,7 @@ def test_tied_embeddings_keep_a_copy_on_the_last_stage():
 
 # One GPU a node below would put each stage on its own node; these have 8, as an H100's.
 H100 = gpum.H100
-TABLE = 2 * 376_289 * 256  # ROUND_DECODER's tied table in bf16, bytes
+TABLE = 4 * 376_289 * 256  # ROUND_DECODER's tied table, fp32 main gradients, bytes
 
 
 @pytest.mark.parametrize(
@@ -102,13 +102,17 @@ def test_the_step_pays_the_embedding_allreduce_after_the_backward():
                               gpus_per_node=1)  # fmt: skip
     lay = gl.TrainLayout(1, 1, 2, 0.0)
     tied = gpum._priced(ROUND_DECODER, rnd, lay, (1000, 4), (0.5, 1e-6))
-    emb = TABLE / 1e9 + 2e-5  # 0.19266... s: exposed, after the gradient sync
+    emb = TABLE / 1e9 + 2e-5  # 0.38533... s: exposed, after the gradient sync
     assert tied.embedding_allreduce_s == pytest.approx(emb)
     parts = tied.compute_s + tied.stage_sends_s + tied.bubble_s + tied.exposed_allreduce_s
     assert tied.step_s == pytest.approx(parts + emb)
     untied = dataclasses.replace(ROUND_DECODER, tie_embeddings=False)
     u = gpum._priced(untied, rnd, lay, (1000, 4), (0.5, 1e-6))
     assert u.embedding_allreduce_s == 0.0 and u.step_s == pytest.approx(parts)
-    # so on 2 such GPUs the tied model now runs dp 2 (its ring, 0.2 s) over pp 2 (0.204 s)
+    # so on 2 such GPUs the tied model weighs dp 2 (its fp32 ring, 0.401 s) against pp 2
+    # (0.396 s, 0.385 s of it the tied all-reduce): both pay a whole table of fp32 gradients
     s = gpum.train_step(ROUND_DECODER, rnd, num_gpus=2, batch=4, seq_len=1000, mfu=0.5)
-    assert (s.layout.dp, s.layout.pp) == (2, 1)
+    dp2 = gpum._priced(ROUND_DECODER, rnd, gl.TrainLayout(2, 1, 1, 0.0), (1000, 4), (0.5, 1e-6))
+    ring = 4 * gl.num_params(ROUND_DECODER) / 1e9 + 2 * 1e-5  # ring of 2: bytes / bw + 2 lat
+    assert dp2.allreduce_s == pytest.approx(ring, rel=1e-12)
+    assert (s.layout.dp, s.layout.pp) == (1, 2) and s.step_s < dp2.step_s

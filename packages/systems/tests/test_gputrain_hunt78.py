@@ -71,20 +71,22 @@ def _largest_stage(m, pp: int) -> int:
     return m.n_layers // pp * _layer(m) + max(first, last)
 
 
-def _busiest_stage_bytes(m, seq: int, tp: int, pp: int) -> float:
+def _busiest_stage_bytes(m, seq: int, tp: int, pp: int, flight: int | None = None) -> float:
     """Hunt 79: the busier of the first and last stage by hand (Megatron's theoretical memory
-    accounting, 1F1B): 16 bytes a parameter of the stage's own, pp (first) or 1 (last)
+    accounting, 1F1B): 18 bytes a parameter (fp32 main gradients) of the stage's own, pp (first) or 1 (last)
     micro-batches' L / pp layer inputs (2 s d bytes), one layer's working set (34 s d), the
     first's int64 ids (8 s a micro-batch in flight), the last's logits (4 s (d + V)); over tp.
-    Before: an even share of the parameters and L layer inputs on every GPU."""
+    Before: an even share of the parameters and L layer inputs on every GPU. `flight`: the
+    first stage's micro-batches in flight, min(pp, m) (hunt 79; None: pp)."""
     d, n = m.d_model, m.n_layers // pp
+    pp_in = pp if flight is None else min(pp, flight)
     ids, logits, working = 8 * seq, 4 * seq * (d + m.vocab_size), 34 * seq * d
     if pp == 1:
-        return (16 * _params(m) + m.n_layers * 2 * seq * d + working + ids + logits) / tp
+        return (18 * _params(m) + m.n_layers * 2 * seq * d + working + ids + logits) / tp
     first_p = n * _layer(m) + m.vocab_size * d + (m.max_seq_len * d if m.arch == "gpt2" else 0)
     last_p = n * _layer(m) + m.vocab_size * d + (2 * d if m.arch == "gpt2" else d)
-    first = 16 * first_p + pp * n * 2 * seq * d + working + pp * ids
-    last = 16 * last_p + n * 2 * seq * d + working + logits
+    first = 18 * first_p + pp_in * n * 2 * seq * d + working + pp_in * ids
+    last = 18 * last_p + n * 2 * seq * d + working + logits
     return max(first, last) / tp
 
 
@@ -99,7 +101,7 @@ def _megatron(m, gpus: int, batch: int, seq: int) -> set[tuple[int, int, int]]:
         for pp in range(1, m.n_layers + 1):
             if m.n_layers % pp or gpus % (tp * pp) or batch % (gpus // (tp * pp)):
                 continue
-            if _busiest_stage_bytes(m, seq, tp, pp) <= HBM:
+            if _busiest_stage_bytes(m, seq, tp, pp, batch // (gpus // (tp * pp))) <= HBM:
                 out.add((gpus // (tp * pp), tp, pp))
     return out
 
@@ -121,7 +123,7 @@ def test_layouts_and_tp_are_every_divisor_megatron_accepts():
 
 @pytest.mark.parametrize("model,gpus,batch", [
     (L8B, 17, 16), (L8B, 3, 16), (L8B, 7, 16), (L8B, 13, 16), (L8B, 999983, 16),
-    (L70B, 17, 4),
+    (L70B, 33, 4),
 ])  # fmt: skip
 def test_a_count_with_no_split_names_the_nearest_that_run(model, gpus, batch):
     seq = 8192
@@ -179,14 +181,14 @@ def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
     sends = 0.0 if pp == 1 else 2 * micro * (2 * seq * d / tp / bw + lat)
     bubble = (busy + sends) * (pp - 1) / micro
     bw, lat = (NVLINK, NV_LAT) if _dp_ring_on_nvlink(tp, dp, pp) else (IB, IB_LAT)
-    grads = 2 * _largest_stage(m, pp) / tp  # the largest stage's ring (hunt 78's review)
+    grads = 4 * _largest_stage(m, pp) / tp  # the largest stage's ring (hunt 78's review), fp32
     ring = 0.0 if dp == 1 else 2 * (dp - 1) / dp * grads / bw + 2 * (dp - 1) * lat
     tied = 0.0  # hunt 79: the tied table's gradient summed by each first/last stage pair
     if m.tie_embeddings and pp > 1:
         pairs = [(r, r + tp * dp * (pp - 1)) for r in range(tp * dp)]
         near = all(a // NODE == b // NODE for a, b in pairs)
         bw, lat = (NVLINK, NV_LAT) if near else (IB, IB_LAT)
-        tied = 2 * m.vocab_size * d / tp / bw + 2 * lat  # a ring of 2
+        tied = 4 * m.vocab_size * d / tp / bw + 2 * lat  # a ring of 2, fp32 main gradients
     return busy + sends + bubble + max(0.0, ring - 2 / 3 * busy) + tied
 
 

@@ -53,10 +53,27 @@ def _flops_8b() -> float:
     return 6 * matmul + 12 * 32 * D * SEQ
 
 
-def _bytes_8b(tp: int, pp: int) -> float:
-    """16 bytes a parameter over tp x pp, each layer's bf16 input and one layer's 34 s d."""
-    params = 2 * VOCAB * D + 32 * (2 * D * D + 2 * D * KV + 3 * D * FF + 2 * D) + D
-    return 16 * params / (tp * pp) + (32 * 2 * SEQ * D + 34 * SEQ * D) / tp
+def _stage_bytes(layers: int, vocab: int, seq: int, split: tuple[int, int, int]) -> float:
+    """The busiest stage's bytes by hand (hunt 79: Megatron's accounting, 18 bytes a
+    parameter, fp32 main gradients), a Llama-3-8B-wide model of `layers` layers and `vocab`
+    tokens, `split` (tp, pp, m micro-batches of one sequence a rank): the first stage holds
+    L / pp layers + the table and min(pp, m) micro-batches' layer inputs (2 s d each a layer)
+    + int64 ids, the last L / pp layers + the final norm + the head and one micro-batch's
+    inputs + 4 s (d + V) of logits; both one layer's 34 s d working set; at pp 1 all once."""
+    tp, pp, m = split
+    layer, embed = 2 * D * D + 2 * D * KV + 3 * D * FF + 2 * D, vocab * D
+    inputs, work, logits = layers // pp * 2 * seq * D, 34 * seq * D, 4 * seq * (D + vocab)
+    if pp == 1:
+        return (18 * (2 * embed + layers * layer + D) + inputs + work + 8 * seq + logits) / tp
+    k = min(pp, m)
+    first = 18 * (layers // pp * layer + embed) + k * inputs + work + 8 * seq * k
+    last = 18 * (layers // pp * layer + embed + D) + inputs + work + logits
+    return max(first, last) / tp
+
+
+def _bytes_8b(tp: int, pp: int, m: int) -> float:
+    """Llama 3 8B's busiest stage at 8,192 tokens (`_stage_bytes`)."""
+    return _stage_bytes(32, VOCAB, SEQ, (tp, pp, m))
 
 
 def _megatron_layouts(gpus: int, batch: int) -> set[tuple[int, int, int]]:
@@ -69,7 +86,7 @@ def _megatron_layouts(gpus: int, batch: int) -> set[tuple[int, int, int]]:
     for dp in (d for d in range(1, gpus + 1) if gpus % d == 0 and batch % d == 0):
         for tp in (t for t in range(1, 9) if (gpus // dp) % t == 0 and 32 % t == 0 == 8 % t):
             pp = gpus // (dp * tp)
-            if 32 % pp == 0 and _bytes_8b(tp, pp) <= 0.9 * 80 * 2**30:
+            if 32 % pp == 0 and _bytes_8b(tp, pp, batch // dp) <= 0.9 * 80 * 2**30:
                 every.add((dp, tp, pp))
     return every
 
@@ -98,16 +115,17 @@ def test_layouts_are_those_megatron_runs_and_a_step_runs_at_its_busiest_ranks_pa
 
 def test_min_train_gpus_counts_only_stages_that_divide_the_layers():
     def fewest(big) -> int:  # the oracle: Megatron's checks and the memory formula by hand
-        layers, params, act = big.n_layers, gpu_layout.num_params(big), 16 * D
+        layers = big.n_layers
         return min(tp * pp for tp in (1, 2, 4, 8) for pp in range(1, layers + 1)
                    if 32 % tp == 0 == 8 % tp and layers % pp == 0
-                   and 16 * params / (tp * pp) + (layers * 2 + 34) * act / tp
+                   and _stage_bytes(layers, big.vocab_size, 16, (tp, pp, pp))
                    <= 0.9 * 80 * 2**30)  # fmt: skip
 
-    # ~11B parameters (a 500k vocabulary) need 3 GPUs of memory: 3 stages only where 3
-    # divides the layers, else 4 (before: 3 for 32 and 35 layers too)
+    # ~10B parameters (a 400k vocabulary) need 3 GPUs of memory: 3 stages only where 3
+    # divides the layers, else 4 (before: 3 for 32 and 35 layers too; hunt 79: a 500k
+    # vocabulary at 18 bytes a parameter no longer fits 3 stages)
     for layers, need in ((32, 4), (33, 3), (35, 4), (36, 3)):
-        big = dataclasses.replace(L8B, n_layers=layers, vocab_size=500_000)
+        big = dataclasses.replace(L8B, n_layers=layers, vocab_size=400_000)
         assert gpum.min_train_gpus(big, gpum.H100, seq_len=16) == fewest(big) == need
 
 

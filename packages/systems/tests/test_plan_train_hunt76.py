@@ -76,9 +76,9 @@ def test_tiny_gpt2_at_batch_one_is_its_kernels_in_the_fastest_layout():
     # (one node; hunt 77: no sends were priced), 1/tp a GPU (hunt 78: Megatron's
     # scatter-gather sends; the whole tensor was priced on one link)
     sends = {1: 0.0, 2: 2 * (2 * 128 * 64 / 4 / NVLINK + STEP_LATENCY)}  # pp 2 is tp 4
-    # hunt 79: at pp 2 the tied table's gradient (256 x 64 bf16 values over tp 4) is summed
-    # between the two stages after the backward, a ring of 2 on NVLink
-    tied = {1: 0.0, 2: 2 * 256 * 64 / 4 / NVLINK + 2 * STEP_LATENCY}
+    # hunt 79: at pp 2 the tied table's gradient (256 x 64 fp32 main gradients over tp 4) is
+    # summed between the two stages after the backward, a ring of 2 on NVLink
+    tied = {1: 0.0, 2: 4 * 256 * 64 / 4 / NVLINK + 2 * STEP_LATENCY}
     by_hand = {(tp, pp): pp * (_floor_by_hand(2, 64, 128, 1, tp, pp) + sends[pp]) + tied[pp]
                for tp, pp in [(8, 1), (4, 2)]}  # fmt: skip
     (tp, pp), fastest = min(by_hand.items(), key=lambda kv: kv[1])
@@ -95,9 +95,9 @@ def test_tiny_gpt2_at_batch_one_is_its_kernels_in_the_fastest_layout():
 def test_a_step_is_at_least_its_kernel_launches(name, batch, seq, gpus):
     model = wse_models.preset_config(name)
     step = _train_step(model, gpus, batch, seq)
-    lay = step.layout
-    floor = _floor_by_hand(model.n_layers, model.d_model, seq, -(-batch // lay.dp), lay.tp,
-                           lay.pp)  # fmt: skip
+    lay, b = step.layout, step.layout.micro_batch  # hunt 79: b sequences a micro-batch
+    floor = _floor_by_hand(model.n_layers, model.d_model, seq * b, batch // (lay.dp * b),
+                           lay.tp, lay.pp)  # fmt: skip
     assert step.floor.floor_s == pytest.approx(floor, rel=1e-12)
     assert step.step_s >= floor >= step.floor.kernels * gs.KERNEL_S
 

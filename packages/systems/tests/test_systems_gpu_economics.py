@@ -55,12 +55,12 @@ def test_data_parallel_pays_the_exposed_ring():
     assert (matmul_params(one), num_params(one)) == (m1, n1)
     s = gpum.train_step(one, ROUND, num_gpus=2, batch=4, seq_len=1000, mfu=0.5)
     compute = 4000 * (6 * m1 + 12 * 256 * 1000) / (2 * 5e14)
-    ring = 2 * 1 / 2 * (2 * n1) / 1e9 + 2 * 1e-5  # bf16 gradients over IB
+    ring = 2 * 1 / 2 * (4 * n1) / 1e9 + 2 * 1e-5  # fp32 main gradients over IB (Megatron's)
     assert (s.layout.dp, s.layout.tp, s.layout.pp) == (2, 1, 1)
     assert s.allreduce_s == pytest.approx(ring)
     assert s.step_s == pytest.approx(compute + ring - 2 / 3 * compute)
-    # untied (hunt 79: tied, the embedding group's all-reduce over IB, 2 x 376,289 x 256
-    # bytes, 0.19 s, makes dp 2 the faster: test_gpumem_hunt79)
+    # untied (hunt 79: tied, the embedding group's all-reduce over IB, 4 x 376,289 x 256
+    # bytes of fp32 gradients, 0.39 s, weighs on pp 2: test_gpumem_hunt79)
     untied = dataclasses.replace(SHAPE, tie_embeddings=False)
     piped = gpum.train_step(untied, ROUND, num_gpus=2, batch=4, seq_len=1000, mfu=0.5)
     # hunt 77: each of the 4 micro-batches sends 1000 x 256 bf16 activations forward and their

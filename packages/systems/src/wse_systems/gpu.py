@@ -32,9 +32,10 @@ step runs at `mfu` of peak (an input; default `TRAIN_MFU` 0.4, the assumption
 `gpu.train_mfu`). The layout (data x tensor x pipeline
 parallel, tensor parallel inside a node) is the fastest of those that fit memory and whose
 data-parallel ranks divide the global batch, as Megatron-LM requires (`wse_systems.gpu_layout`:
-the memory accounting, the layouts, the rank order, hunt 77's rule), micro-batches of one
-sequence, 1F1B (at most L layer inputs in flight per GPU): each rank runs m = batch / dp
-micro-batches. The pipeline runs at its busiest stage's pace (`stage_flops_per_token`): L /
+the memory accounting, the layouts, the rank order, hunt 77's rule), 1F1B: each rank runs
+m = batch / (dp b) micro-batches of b sequences, b Megatron's --micro-batch-size, the
+fastest that fits (`_fastest`; hunt 79: b was 1, so one-token sequences paid a kernel
+floor each). The pipeline runs at its busiest stage's pace (`stage_flops_per_token`): L /
 pp layers and, on the last stage, the output head, where Megatron places it (the first
 stage's embedding lookup is a gather, no flops: not priced; hunt 78: the head was spread
 evenly over the stages, GPT-2 1.5B's last stage of pp 8 runs 1.33 x the even share), over
@@ -42,7 +43,9 @@ tp GPUs, for the compute and the bubble. At pp > 1 each micro-batch sends its ac
 forward and its gradients back (`gpu_layout.stage_hop_s`: 1/tp a GPU on its own link,
 InfiniBand past one node); the pipeline bubble adds (pp - 1) / m of the busy time and the
 sends (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken to
-be inside the MFU (and in the floor below). Gradients (bf16, over tp) are ring-all-reduced
+be inside the MFU (and in the floor below). Gradients (fp32 main gradients, Megatron's bf16
+default: `gpu_layout.TRAIN_CONFIG`, `GRAD_BYTES`; hunt 79: bf16 was priced, half the
+bytes; over tp) are ring-all-reduced
 over the data-parallel group at the pace of the largest stage's ring (`gpu_layout.
 stage_params`: L / pp layers and the head on the last stage, where the compute puts it, or
 the embedding on the first; hunt 78's review: an even share of the parameters, num_params /
@@ -89,7 +92,9 @@ from wse_core.errors import SpecError, WseError, suggest
 from wse_systems.gpu_kernels import KERNEL, KERNEL_KEY, KERNELS_PER_LAYER, KERNELS_PER_STEP
 from wse_systems.gpu_layout import (
     BYTES_PER_PARAM_TRAIN,
+    GRAD_BYTES,
     SENDS_PER_MICRO,
+    TRAIN_CONFIG,
     USABLE_MEMORY,
     WEIGHT_BYTES,
     GpuLayoutError,
@@ -112,6 +117,7 @@ from wse_systems.transformer import (
 )
 
 __all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY",
+           "GRAD_BYTES", "TRAIN_CONFIG",
            "GpuSpec", "GpuMemoryError", "GpuLayoutError", "ModelShape", "TrainLayout",
            "TrainStep", "TrainFloor", "gpu_spec", "ring_allreduce_s", "train_flops_per_token",
            "stage_flops_per_token", "embedding_allreduce_s",
@@ -277,32 +283,34 @@ def train_floor(
     model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, *, seq_len: int, batch: int,
     kernel_s: float,
 ) -> TrainFloor:  # fmt: skip
-    """The floor of one GPU's step in `layout` (module docstring): m = ceil(batch / dp)
-    micro-batches of one sequence, each `TRAIN_PASSES` K ceil(L / pp) + `AROUND_PASSES` K0
-    kernels (K, K0: `gpu_kernels.KERNELS_PER_LAYER`, `KERNELS_PER_STEP`) and, where tp > 1,
-    `TP_ALLREDUCES_PER_LAYER` ceil(L / pp) ring all-reduces of seq_len x d_model bf16 values
-    over tp GPUs on NVLink; plus
+    """The floor of one GPU's step in `layout` (module docstring): m = ceil(batch / (dp b))
+    micro-batches of b = `layout.micro_batch` sequences, each `TRAIN_PASSES` K ceil(L / pp)
+    + `AROUND_PASSES` K0 kernels (K, K0: `gpu_kernels.KERNELS_PER_LAYER`,
+    `KERNELS_PER_STEP`: a kernel runs a whole micro-batch) and, where tp > 1,
+    `TP_ALLREDUCES_PER_LAYER` ceil(L / pp) ring all-reduces of b x seq_len x d_model bf16
+    values over tp GPUs on NVLink; plus
     `OPTIMIZER_KERNELS_PER_LAYER` ceil(L / pp) kernels a step. Seconds: kernels x `kernel_s`
     + the all-reduces."""
-    micro, layers = math.ceil(batch / layout.dp), math.ceil(model.n_layers / layout.pp)
+    micro = math.ceil(batch / (layout.dp * layout.micro_batch))
+    layers = math.ceil(model.n_layers / layout.pp)
     per_micro = TRAIN_PASSES * KERNELS_PER_LAYER * layers + AROUND_PASSES * KERNELS_PER_STEP
     count = micro * per_micro + OPTIMIZER_KERNELS_PER_LAYER * layers
-    act = WEIGHT_BYTES * seq_len * model.d_model
+    act = WEIGHT_BYTES * layout.micro_batch * seq_len * model.d_model
     one = ring_allreduce_s(act, layout.tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
     return TrainFloor(count, kernel_s, micro * TP_ALLREDUCES_PER_LAYER * layers * one)
 
 
 def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     """The step of `layout` at its busiest rank's pace (module docstring): the last stage's
-    micro-batches (batch / dp; `layouts` keeps dp | batch), its sends, the bubble, and the
-    excess over 2/3 of the busy time of the largest stage's gradient ring (`stage_params`
-    / tp bf16 values: the last stage's layers + head, or the first's layers + embedding), on
+    micro-batches (batch / (dp b), b its micro-batch size; `layouts` keeps dp b | batch), its
+    sends, the bubble, and the excess over 2/3 of the busy time of the largest stage's
+    gradient ring (`stage_params` / tp fp32 main gradients, `GRAD_BYTES`: the last stage's layers + head, or the first's layers + embedding), on
     NVLink where Megatron's rank order (tp innermost, then dp, then pp) keeps each dp group
     in a node, else InfiniBand; and, tied embeddings at pp > 1, the embedding group's
     all-reduce after it (`embedding_allreduce_s`)."""
     tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
-    micro = math.ceil(batch / dp)
-    flops = micro * seq_len * stage_flops_per_token(model, seq_len, pp)
+    micro = math.ceil(batch / (dp * layout.micro_batch))
+    flops = micro * layout.micro_batch * seq_len * stage_flops_per_token(model, seq_len, pp)
     compute = flops / (tp * gpu.peak_flops * mfu)
     busy = max(compute, floor.floor_s)
     sends = SENDS_PER_MICRO * micro * stage_hop_s(model, gpu, layout, seq_len)
@@ -310,7 +318,7 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     in_node = dp_ring_in_node(tp, dp, pp, node)
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
-    grad_bytes = WEIGHT_BYTES * stage_params(model, pp) / tp  # the largest stage's ring
+    grad_bytes = GRAD_BYTES * stage_params(model, pp) / tp  # the largest stage's ring
     ring = ring_allreduce_s(grad_bytes, dp, bw, lat)
     exposed = max(0.0, ring - busy * 2 / 3)
     tied = embedding_allreduce_s(model, gpu, layout)
@@ -351,8 +359,7 @@ def train_step(
     runs, job = list(layouts(model, gpu, num_gpus, seq_len, batch)), (seq_len, batch)
 
     def fastest(m: float, k: float) -> TrainStep | None:  # at MFU m and kernel_s k
-        steps = (_priced(model, gpu, x, job, (m, k)) for x in runs)
-        return min(steps, key=lambda x: x.step_s, default=None)
+        return _fastest(model, gpu, runs, job, (m, k))
 
     best = fastest(mfu, kernel_s)
     # hunt 76: each read as moving the step only where an end of its sweep moves the fastest
@@ -363,6 +370,31 @@ def train_step(
     read(KERNEL_KEY, kernel_s, _moves(lambda v: fastest(mfu, v), KERNEL.sweep, best))
     if best is None:
         raise no_layout_error(model, gpu, num_gpus, seq_len=seq_len, batch=batch)
+    return best
+
+
+def _fastest(model, gpu, runs: list[TrainLayout], job: tuple[int, int], at: tuple):
+    """The fastest of `runs` (`layouts`' order: each split's micro-batch sizes ascending),
+    the first of equals (the smaller micro-batch). A split's larger sizes are skipped once
+    the kernel floor no longer binds and a bound on them is no faster than the best: the
+    floor only falls as b grows (fewer micro-batches of the same work), so past it the busy
+    time is the compute, and with m' < m micro-batches a step is at least compute (1 + (pp -
+    1) / m) + the exposed ring + the tied all-reduce (sends >= 0); at pp 1 that is the step
+    itself, so a compute-bound split prices b = 1 alone."""
+    best: TrainStep | None = None
+    skip: tuple[int, int, int] | None = None
+    for x in runs:
+        split = (x.dp, x.tp, x.pp)
+        if split == skip:
+            continue
+        s = _priced(model, gpu, x, job, at)
+        if best is None or s.step_s < best.step_s:
+            best = s
+        if s.floor.floor_s <= s.compute_s:
+            m = job[1] / (x.dp * x.micro_batch)
+            bound = s.compute_s * (1 + (x.pp - 1) / m) + s.exposed_allreduce_s
+            if bound + s.embedding_allreduce_s >= best.step_s:
+                skip = split
     return best
 
 

@@ -13,29 +13,48 @@ whose last stage holds the output head and the logits passed where that stage ov
 Megatron-LM's accounting (megatron/training/theoretical_memory_usage.py,
 `compute_weight_and_optimizer_memory` and `compute_activation_memory`, behind
 `report_theoretical_memory`), each stage's GPU over tp:
-- states: 16 bytes per parameter (bf16 weights and gradients, fp32 master and two Adam
-  moments; ZeRO's mixed precision accounting; no distributed optimizer) of the stage's own
+- states: `BYTES_PER_PARAM_TRAIN` = 18 bytes per parameter, the configuration this plan
+  models (`TRAIN_CONFIG`): Megatron-LM's `--bf16` defaults, bf16 weights with fp32 main
+  gradients (its arguments.py sets `accumulate_allreduce_grads_in_fp32` under --bf16 unless
+  --grad-reduce-in-bf16: "bfloat16 requires gradient accumulation and all-reduce to be done
+  in fp32") and no `--use-distributed-optimizer` (off by default): 2 + 4 + fp32 master and
+  two Adam moments 12 = 18, Megatron's distrib_optimizer doc ("bf16 parameters, fp32
+  gradients: 18 non-distributed, 6 + 12/d distributed") and theoretical_memory_usage.py's
+  `num_bytes_per_parameter`. Hunt 79: 16 (ZeRO's textbook bf16 gradients) was priced, so
+  Llama 3 70B's default 16 H100s (tp 8 x pp 2, 81.0 GB at 18) passed; the distributed
+  optimizer would not save it (6 + 12/dp is 18 at dp 1). Of the stage's own
   parameters: L / pp layers, plus the word (and GPT-2's position) embeddings on the first
   stage, the final norm and the output head on the last; tied embeddings keep a copy of
   the word embeddings on the last stage as its head (Megatron's "most loaded model shard
   has (1/pp_size transformer layers + 1 embedding layer)"; its gradient is summed with the
   first stage's: `gpu.embedding_allreduce_s`); at pp 1 every parameter once;
 - activations under 1F1B (Narayanan et al. 2021: stage i of pp holds pp - i micro-batches
-  in flight, the first stage pp, the last one), each of its L / pp layers' bf16 input kept
+  in flight, the first stage min(pp, m) of its m micro-batches, Megatron's warmup count
+  `num_warmup_microbatches = min(pp - rank - 1, m)` + the one in its steady state; the last
+  one), each micro-batch `micro_batch` sequences (Megatron's --micro-batch-size: `layouts`
+  chooses it), each of its L / pp layers' bf16 input kept
   under full recompute (2 s d bytes a sequence a layer: Korthikanti et al. 2022, "Reducing
   Activation Recomputation in Large Transformer Models", section 4's full recomputation,
   2 s b h L over the whole pipeline, as Megatron's first stage counts pp x L / pp layers)
   and one layer's working set while it is recomputed and run backward (34 s d bytes,
   Korthikanti's table 2 with flash attention's scores not kept); the first stage's input
-  ids, 8 bytes a token, pp micro-batches in flight (Megatron's; its embedding dropout mask
+  ids, 8 bytes a token, its micro-batches in flight (Megatron's; its embedding dropout mask
   not counted: these models have no dropout); the last stage's output layer and loss, 4 s
   (d + V) bytes (Megatron's "inputs to output layer and CE loss", fp32 logits, vocab
   parallel over tp). Megatron counts the first stage (pp micro-batches in flight); the last
   is priced beside it (GPT-2 and Llama 3 8B: the head's logits make it the busier), and a
-  middle stage holds less than the first. Micro-batches of one sequence; with fewer
-  micro-batches than stages (batch / dp < pp) Megatron discounts the in-flight count, not
-  done here (a stage's memory does not depend on dp: conservative).
+  middle stage holds less than the first. With fewer micro-batches than stages (m = batch /
+  (dp micro_batch) < pp) the first stage holds m (hunt 79: pp was counted, so a layout
+  Megatron runs could be refused); memory is then non-decreasing in the micro-batch size
+  (min(pp, m) x micro_batch = min(pp micro_batch, batch / dp)), so `layouts` tries sizes
+  upward and stops at the first that does not fit.
 All of it over tp (tensor and sequence parallel), within `USABLE_MEMORY` of HBM.
+
+Micro-batch size (hunt 79: one sequence was fixed, so Llama 3 8B at --seq-len 1 ran 141,817
+one-token micro-batches a rank, 19.85 M kernel launches, 20.1 s against 3.0 s of compute):
+Megatron's `--micro-batch-size` b, any divisor of batch / dp (its num_microbatches_calculator
+refuses a global batch that b x dp does not divide); `layouts` yields every b that fits, and
+`gpu.train_step` prices the fastest (fewer micro-batches: fewer kernels, a longer bubble).
 
 Layouts: tensor parallel any count up to a node dividing the attention and KV heads, each
 tensor-parallel group inside one node (a count that does not divide the node only on one
@@ -100,9 +119,18 @@ __all__ = ["BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY", "WEIGHT_BYTES", "ACT_WORKIN
            "min_train_gpus", "train_counts", "no_layout_error", "dp_ring_in_node",
            "stage_hop_s", "stage_params", "SENDS_PER_MICRO", "StageBytes", "stage_bytes",
            "TOKEN_ID_BYTES", "LOGIT_BYTES", "embedding_pair_in_node", "ring_allreduce_s",
-           "embedding_allreduce_s"]  # fmt: skip
+           "embedding_allreduce_s", "GRAD_BYTES", "TRAIN_CONFIG"]  # fmt: skip
 
-BYTES_PER_PARAM_TRAIN = 16  # bf16 weight + bf16 grad + fp32 master + Adam m, v
+BYTES_PER_PARAM_TRAIN = 18  # bf16 weight 2 + fp32 main grad 4 + fp32 master, Adam m, v 12
+GRAD_BYTES = 4  # fp32 main gradients: the dp ring's and the tied all-reduce's bytes a value
+# The Megatron-LM configuration priced (module docstring), with its sources
+TRAIN_CONFIG = (
+    "Megatron-LM --bf16 defaults: fp32 main gradients accumulated and all-reduced "
+    "(accumulate_allreduce_grads_in_fp32, unless --grad-reduce-in-bf16), no "
+    "--use-distributed-optimizer: 18 bytes a parameter (megatron/training/arguments.py; "
+    "Megatron Core's distrib_optimizer doc, bf16 parameters with fp32 gradients: 18, "
+    "6 + 12/dp distributed; theoretical_memory_usage.py)"
+)
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
 WEIGHT_BYTES = 2  # bf16 weights, gradients and activations
 ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
@@ -126,6 +154,7 @@ class TrainLayout:
     tp: int
     pp: int
     bytes_per_gpu: float  # states + activations
+    micro_batch: int = 1  # sequences a micro-batch (Megatron's --micro-batch-size)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -150,29 +179,39 @@ def _stage_param_counts(model: DecoderShape, pp: int) -> tuple[int, int]:
     return layers + embed_params(model), layers + final_params(model) + head
 
 
-def stage_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> StageBytes:
+def stage_bytes(
+    model: DecoderShape, seq_len: int, tp: int, pp: int, *, micro_batch: int = 1,
+    in_flight: int | None = None,
+) -> StageBytes:  # fmt: skip
     """Bytes a GPU of the first and of the last stage of a tp x pp replica holds (module
     docstring: Megatron's theoretical_memory_usage accounting, 1F1B's in-flight micro-batches,
     full recompute): states, layer inputs, one layer's working set, the first stage's input
-    ids and the last stage's logits, over tp."""
+    ids and the last stage's logits, over tp; micro-batches of `micro_batch` sequences,
+    `in_flight` of them on the first stage (None: pp, the most; Megatron's min(pp, m))."""
     first_p, last_p = _stage_param_counts(model, pp)
-    tokens, sd = seq_len, seq_len * model.d_model
+    tokens = seq_len * micro_batch  # a micro-batch's
+    sd = tokens * model.d_model
     per_layer = model.n_layers // pp * WEIGHT_BYTES * sd  # one micro-batch's layer inputs
     working = ACT_WORKING * sd
-    ids = TOKEN_ID_BYTES * tokens * pp  # pp micro-batches in flight on the first stage
+    flight = pp if in_flight is None else min(pp, in_flight)
+    ids = TOKEN_ID_BYTES * tokens * flight  # the first stage's micro-batches in flight
     logits = LOGIT_BYTES * tokens * (model.d_model + model.vocab_size)
     if pp == 1:
-        one = BYTES_PER_PARAM_TRAIN * first_p + per_layer + working + ids + logits
-        return StageBytes(one / tp, one / tp)
-    first = BYTES_PER_PARAM_TRAIN * first_p + pp * per_layer + working + ids
+        one = BYTES_PER_PARAM_TRAIN * first_p + per_layer + working + TOKEN_ID_BYTES * tokens
+        return StageBytes((one + logits) / tp, (one + logits) / tp)
+    first = BYTES_PER_PARAM_TRAIN * first_p + flight * per_layer + working + ids
     last = BYTES_PER_PARAM_TRAIN * last_p + per_layer + working + logits
     return StageBytes(first / tp, last / tp)
 
 
-def train_bytes(model: DecoderShape, seq_len: int, tp: int, pp: int) -> float:
+def train_bytes(
+    model: DecoderShape, seq_len: int, tp: int, pp: int, *, micro_batch: int = 1,
+    in_flight: int | None = None,
+) -> float:  # fmt: skip
     """Bytes the busiest GPU of a tp x pp replica holds: the larger stage's (`stage_bytes`),
     what must fit."""
-    return max(stage_bytes(model, seq_len, tp, pp))
+    return max(stage_bytes(model, seq_len, tp, pp, micro_batch=micro_batch,
+                           in_flight=in_flight))  # fmt: skip
 
 
 def stage_params(model: DecoderShape, pp: int) -> int:
@@ -189,14 +228,24 @@ def stage_params(model: DecoderShape, pp: int) -> int:
 
 def _splits(model: DecoderShape, gpu: GpuSpec, seq_len: int) -> Iterator[tuple[int, int]]:
     """Every (tp, pp) Megatron-LM accepts for `model` (module docstring) whose training state
-    fits memory: tp up to a node dividing the attention heads and the KV heads, pp dividing
-    the layers."""
+    fits memory with the fewest activations a layout can hold (one micro-batch of one
+    sequence in flight; `_fits` checks a layout's own): tp up to a node dividing the
+    attention heads and the KV heads, pp dividing the layers."""
     usable, node = USABLE_MEMORY * gpu.memory_bytes, gpu.gpus_per_node
     for tp in range(1, node + 1):
         if model.n_heads % tp == 0 == model.n_kv_heads % tp:
             for pp in range(1, model.n_layers + 1):
-                if model.n_layers % pp == 0 and train_bytes(model, seq_len, tp, pp) <= usable:
+                if model.n_layers % pp == 0 and train_bytes(
+                    model, seq_len, tp, pp, in_flight=1
+                ) <= usable:  # fmt: skip
                     yield tp, pp
+
+
+def _bytes_at(model: DecoderShape, seq_len: int, split: tuple[int, int], micro: tuple[int, int]) -> float:
+    """`train_bytes` of `split` (tp, pp) running `micro` (micro-batch size b, micro-batches
+    m a rank): min(pp, m) of them in flight on the first stage (module docstring)."""
+    (tp, pp), (b, m) = split, micro
+    return train_bytes(model, seq_len, tp, pp, micro_batch=b, in_flight=m)
 
 
 def _tp_in_node(tp: int, num_gpus: int, node: int) -> bool:
@@ -209,18 +258,34 @@ def layouts(
     model: DecoderShape, gpu: GpuSpec, num_gpus: int, seq_len: int, batch: int
 ) -> Iterator[TrainLayout]:
     """Every layout of `num_gpus` that fits memory, keeps each tensor-parallel group in a
-    node and whose dp divides `batch` (Megatron's rule for micro-batches of one sequence:
-    module docstring)."""
+    node and whose dp x micro-batch size divides `batch` (Megatron's rule: module
+    docstring): for each split, every micro-batch size b dividing batch / dp, ascending, up
+    to the first that does not fit (memory is non-decreasing in b)."""
+    usable = USABLE_MEMORY * gpu.memory_bytes
     for tp, pp in _splits(model, gpu, seq_len):
         dp, rest = divmod(num_gpus, tp * pp)
-        if not rest and batch % dp == 0 and _tp_in_node(tp, num_gpus, gpu.gpus_per_node):
-            yield TrainLayout(dp, tp, pp, train_bytes(model, seq_len, tp, pp))
+        if rest or batch % dp or not _tp_in_node(tp, num_gpus, gpu.gpus_per_node):
+            continue
+        for b in divisors(batch // dp):
+            nbytes = _bytes_at(model, seq_len, (tp, pp), (b, batch // dp // b))
+            if nbytes > usable:
+                break
+            yield TrainLayout(dp, tp, pp, nbytes, b)
 
 
-def min_train_gpus(model: DecoderShape, gpu: GpuSpec, *, seq_len: int) -> int:
-    """The fewest GPUs (a tp x pp Megatron-LM accepts: `_splits`) whose training state fits."""
-    node = gpu.gpus_per_node
-    best = [tp * pp for tp, pp in _splits(model, gpu, seq_len) if _tp_in_node(tp, tp * pp, node)]
+def min_train_gpus(
+    model: DecoderShape, gpu: GpuSpec, *, seq_len: int, batch: int | None = None
+) -> int:  # fmt: skip
+    """The fewest GPUs (a tp x pp Megatron-LM accepts: `_splits`) whose training state fits:
+    of a global `batch`, the fewest of `train_counts` (any dp dividing it, its micro-batches
+    in flight); without one, a replica with pp micro-batches in flight (the most)."""
+    if batch is not None:
+        counts = train_counts(model, gpu, seq_len=seq_len, batch=batch)
+        if counts:
+            return counts[0]
+    node, usable = gpu.gpus_per_node, USABLE_MEMORY * gpu.memory_bytes
+    best = [tp * pp for tp, pp in _splits(model, gpu, seq_len) if _tp_in_node(tp, tp * pp, node)
+            and train_bytes(model, seq_len, tp, pp) <= usable]  # fmt: skip
     if not best:
         raise GpuMemoryError(f"no layout of {gpu.name} GPUs holds this model's training state")
     return min(best)
@@ -230,11 +295,13 @@ def train_counts(model: DecoderShape, gpu: GpuSpec, *, seq_len: int, batch: int)
     """Every GPU count that has a layout (`layouts`), ascending: the products dp x tp x pp
     of the splits that fit (`_splits`) and the dp that divide `batch`, enumerated directly
     (at most the divisors of the batch x a node's tp x the layers' divisors; the batch's
-    found in O(sqrt batch): hunt 78's review, every integer up to a batch of 2e10 was tried)."""
+    found in O(sqrt batch): hunt 78's review, every integer up to a batch of 2e10 was tried),
+    where micro-batches of one sequence (the least memory) fit."""
     dps = divisors(batch)
-    node = gpu.gpus_per_node
+    node, usable = gpu.gpus_per_node, USABLE_MEMORY * gpu.memory_bytes
     return sorted({dp * tp * pp for tp, pp in _splits(model, gpu, seq_len) for dp in dps
-                   if _tp_in_node(tp, dp * tp * pp, node)})  # fmt: skip
+                   if _tp_in_node(tp, dp * tp * pp, node)
+                   and _bytes_at(model, seq_len, (tp, pp), (1, batch // dp)) <= usable})  # fmt: skip
 
 
 def no_layout_error(
@@ -243,11 +310,12 @@ def no_layout_error(
     """Why no layout of `num_gpus` runs: too few GPUs to hold the model (naming the fewest
     that do), or no data x tensor x pipeline split of that many (a `GpuLayoutError` naming
     the nearest counts that have one, below and above: `train_counts`)."""
-    need = min_train_gpus(model, gpu, seq_len=seq_len)
+    need = min_train_gpus(model, gpu, seq_len=seq_len, batch=batch)
     if num_gpus < need:
         return GpuMemoryError(
             f"{num_gpus} x {gpu.name} cannot train this model "
-            f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes + "
+            f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes (fp32 "
+            f"main gradients, Megatron's bf16 default) + "
             f"activations, batch {batch}): use at least {need} GPUs, at most "
             f"{batch} data-parallel ranks x tensor x pipeline"
         )
@@ -296,14 +364,14 @@ def embedding_allreduce_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout
     finalize_model_grads.py: "Reduce grads across first and last stages to ensure that
     word_embeddings parameters stay in sync"), run by `finalize_model_grads` after the
     data-parallel gradient sync, so nothing hides it: each embedding group (the first and
-    last stage's ranks of one t and d) all-reduces its V d / tp shard (vocab parallel) in
-    bf16, the gradient ring's dtype, a ring of 2 (`ring_allreduce_s`: bytes / bw + 2
+    last stage's ranks of one t and d) all-reduces its V d / tp shard (vocab parallel) of
+    main gradients, `GRAD_BYTES` (fp32: `TRAIN_CONFIG`), a ring of 2 (`ring_allreduce_s`: bytes / bw + 2
     latencies), all groups at once, each on its GPUs' own links: NVLink where every pair
     sits in one node (`embedding_pair_in_node`), else InfiniBand. 0 untied
     (Llama 3) or at pp 1 (one copy)."""
     if not model.tie_embeddings or layout.pp == 1:
         return 0.0
-    nbytes = WEIGHT_BYTES * model.vocab_size * model.d_model / layout.tp
+    nbytes = GRAD_BYTES * model.vocab_size * model.d_model / layout.tp
     in_node = embedding_pair_in_node(layout.tp, layout.dp, layout.pp, gpu.gpus_per_node)
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
@@ -311,8 +379,8 @@ def embedding_allreduce_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout
 
 
 def stage_hop_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, seq_len: int) -> float:
-    """One hop between pipeline stages: a micro-batch's seq_len x d_model bf16 activations
-    (or their gradients) split over the tp ranks, 1/tp over each GPU's own link, plus its
+    """One hop between pipeline stages: a micro-batch's micro_batch x seq_len x d_model bf16
+    activations (or their gradients) split over the tp ranks, 1/tp over each GPU's own link, plus its
     latency: NVLink where the job is on one node, else InfiniBand (module docstring: some
     stage boundary then crosses a node). 0 at pp 1."""
     if layout.pp == 1:
@@ -320,4 +388,5 @@ def stage_hop_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, seq_len:
     in_node = layout.dp * layout.tp * layout.pp <= gpu.gpus_per_node
     bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
     lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
-    return WEIGHT_BYTES * seq_len * model.d_model / layout.tp / bw + lat
+    act = WEIGHT_BYTES * layout.micro_batch * seq_len * model.d_model
+    return act / layout.tp / bw + lat

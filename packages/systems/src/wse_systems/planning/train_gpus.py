@@ -154,7 +154,7 @@ def price_gpus(
     the model or none is near the default (the wafers' side stands alone)."""
     g_run, precision = g
     try:
-        start = gpum.min_train_gpus(shape, g_run, seq_len=job.seq)
+        start = gpum.min_train_gpus(shape, g_run, seq_len=job.seq, batch=job.global_batch)
     except gpum.GpuMemoryError as e:  # the wafers alone
         why = "tensor parallel <= a node, pipeline dividing the layers"
         return GpuPlan(None, None, None, [f"GPUs: {e} ({why}): no GPU side"])
@@ -184,7 +184,8 @@ def floor_note(fig: dict[str, Any]) -> str:
     return (
         f"GPU step floor: a step is at least its kernels, {gk.KERNELS_PER_LAYER} a layer "
         f"(wse_systems.gpu_kernels.KERNELS_PER_LAYER, the serving forward's) x "
-        f"{gpum.TRAIN_PASSES} passes a micro-batch of one sequence (forward, full recompute, "
+        f"{gpum.TRAIN_PASSES} passes a micro-batch of {fig['layout']['micro_batch']} "
+        "sequence(s) (forward, full recompute, "
         f"backward at twice the forward's) + {gk.KERNELS_PER_STEP} x {gpum.AROUND_PASSES} "
         "(embedding, final norm, head and loss: forward and backward) + "
         f"{gpum.OPTIMIZER_KERNELS_PER_LAYER} fused AdamW kernel a layer a step (assumed: one "
@@ -207,8 +208,9 @@ def layout_note(fig: dict[str, Any]) -> str:
     return (
         "GPU layout: the fastest data x tensor x pipeline split whose data-parallel ranks "
         "divide the global batch (Megatron-LM refuses a global batch not divisible by "
-        "micro-batch x data-parallel size; micro-batches of one sequence), so every rank runs "
-        "the same micro-batches; tensor parallel up to a node dividing the heads and KV heads, "
+        "micro-batch x data-parallel size), so every rank runs the same micro-batches, of the "
+        "size (Megatron's --micro-batch-size) that is fastest and fits, here "
+        f"{lay['micro_batch']} sequence(s); tensor parallel up to a node dividing the heads and KV heads, "
         "pipeline parallel dividing the layers; Megatron's rank order (tensor innermost, then "
         "data, then pipeline): the gradient ring, the largest stage's (the last's layers + "
         "head, or the first's + embedding), on NVLink where each data-parallel group "
@@ -221,8 +223,10 @@ def layout_note(fig: dict[str, Any]) -> str:
         "the word embeddings' gradient summed between the first and last stage after the "
         "backward (Megatron's embedding group; InfiniBand where a pair crosses nodes); memory: "
         "the busiest stage's (its layers' states, the embedding on the first, the head and "
-        "logits on the last; 1F1B: pp micro-batches' layer inputs on the first, one on the "
-        f"last) within {gpum.USABLE_MEMORY:g} of HBM, here {lay['bytes_per_gpu'] / 1e9:.4g} "
+        "logits on the last; 1F1B: min(pp, micro-batches) micro-batches' layer inputs on the "
+        f"first, one on the last; {gpum.BYTES_PER_PARAM_TRAIN} bytes a parameter and fp32 "
+        f"gradient all-reduces, the configuration priced: {gpum.TRAIN_CONFIG}) within "
+        f"{gpum.USABLE_MEMORY:g} of HBM, here {lay['bytes_per_gpu'] / 1e9:.4g} "
         f"GB; here dp {lay['dp']}, tp {lay['tp']}, pp {lay['pp']}: sends "
         f"{fig['stage_sends_s'] * 1e3:.4g} ms, bubble {fig['bubble_s'] * 1e3:.4g} ms, exposed "
         f"gradient all-reduce {fig['exposed_allreduce_s'] * 1e3:.4g} ms, embedding all-reduce "

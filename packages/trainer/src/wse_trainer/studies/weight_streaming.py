@@ -68,7 +68,8 @@ def _gpu_rows(name: str, model: Any, n: int, batch: int, seq: int) -> list[Predi
     except gpum.GpuMemoryError:  # the row says how many GPUs would hold it instead
         params["fits_memory"] = False
         with recording() as got:  # memory alone: it reads no assumption, and lists none
-            need = gpum.min_train_gpus(gpum.ModelShape.of(model), h100, seq_len=seq)
+            need = gpum.min_train_gpus(gpum.ModelShape.of(model), h100, seq_len=seq,
+                                       batch=n * batch)  # fmt: skip
         return read_by(got, PredictionRow("gpu_min_gpus_to_fit", float(need), "GPUs", params))
     params |= {"fits_memory": True, "layout": g.layout.to_dict()}
     return read_by(
