@@ -73,11 +73,12 @@ def _largest_stage(m, pp: int) -> int:
 
 def _busiest_stage_bytes(m, seq: int, tp: int, pp: int, flight: int | None = None) -> float:
     """Hunt 79: the busier of the first and last stage by hand (Megatron's theoretical memory
-    accounting, 1F1B): 18 bytes a parameter (fp32 main gradients) of the stage's own, pp (first) or 1 (last)
-    micro-batches' L / pp layer inputs (2 s d bytes), one layer's working set (34 s d), the
-    first's int64 ids (8 s a micro-batch in flight), the last's logits (4 s (d + V)); over tp.
-    Before: an even share of the parameters and L layer inputs on every GPU. `flight`: the
-    first stage's micro-batches in flight, min(pp, m) (hunt 79; None: pp)."""
+    accounting, 1F1B): 18 bytes a parameter (fp32 main gradients) of the stage's own, pp
+    (first) or 1 (last) micro-batches' L / pp layer inputs (2 s d bytes), one layer's working
+    set (34 s d), the first's int64 ids (8 s a micro-batch in flight), the last's logits
+    (4 s (d + V)); over tp. Before: an even share of the parameters and L layer inputs on
+    every GPU. `flight`: the first stage's micro-batches in flight, min(pp, m) (hunt 79;
+    None: pp)."""
     d, n = m.d_model, m.n_layers // pp
     pp_in = pp if flight is None else min(pp, flight)
     ids, logits, working = 8 * seq, 4 * seq * (d + m.vocab_size), 34 * seq * d

@@ -80,8 +80,10 @@ def test_the_first_stage_holds_min_pp_m_micro_batches():
     runs = {(x.dp, x.tp, x.pp, x.micro_batch): x for x in gl.layouts(L70B, gpum.H100, 32, seq, 4)}
     assert runs[(1, 4, 8, 1)].bytes_per_gpu == pytest.approx(max(four), rel=1e-12)
     assert (1, 4, 8, 2) not in runs  # b 2: 2 micro-batches of 2 in flight, as 4 of one
-    assert not any(k[:3] == (1, 4, 8) for k in
-                   ((x.dp, x.tp, x.pp) for x in gl.layouts(L70B, gpum.H100, 32, seq, 8)))
+    assert not any(
+        k[:3] == (1, 4, 8)
+        for k in ((x.dp, x.tp, x.pp) for x in gl.layouts(L70B, gpum.H100, 32, seq, 8))
+    )
     assert gl.train_bytes(L70B, seq, 4, 8) == pytest.approx(max(eight), rel=1e-12)  # None: pp
 
 
@@ -121,7 +123,8 @@ def test_the_micro_batch_chosen_is_the_fastest_that_fits(model, gpus, batch, seq
             if nbytes <= USABLE:
                 every.append(gl.TrainLayout(dp, tp, pp, nbytes, b))
     assert {(x.dp, x.tp, x.pp, x.micro_batch) for x in every} == {
-        (x.dp, x.tp, x.pp, x.micro_batch) for x in gl.layouts(model, gpum.H100, gpus, seq, batch)}
+        (x.dp, x.tp, x.pp, x.micro_batch) for x in gl.layouts(model, gpum.H100, gpus, seq, batch)
+    }
     best = min(gpum._priced(model, gpum.H100, x, (seq, batch), (0.4, 1e-6)).step_s for x in every)
     assert step.step_s == best
 

@@ -304,7 +304,8 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     """The step of `layout` at its busiest rank's pace (module docstring): the last stage's
     micro-batches (batch / (dp b), b its micro-batch size; `layouts` keeps dp b | batch), its
     sends, the bubble, and the excess over 2/3 of the busy time of the largest stage's
-    gradient ring (`stage_params` / tp fp32 main gradients, `GRAD_BYTES`: the last stage's layers + head, or the first's layers + embedding), on
+    gradient ring (`stage_params` / tp fp32 main gradients, `GRAD_BYTES`: the last stage's
+    layers + head, or the first's layers + embedding), on
     NVLink where Megatron's rank order (tp innermost, then dp, then pp) keeps each dp group
     in a node, else InfiniBand; and, tied embeddings at pp > 1, the embedding group's
     all-reduce after it (`embedding_allreduce_s`)."""

@@ -241,7 +241,9 @@ def _splits(model: DecoderShape, gpu: GpuSpec, seq_len: int) -> Iterator[tuple[i
                     yield tp, pp
 
 
-def _bytes_at(model: DecoderShape, seq_len: int, split: tuple[int, int], micro: tuple[int, int]) -> float:
+def _bytes_at(
+    model: DecoderShape, seq_len: int, split: tuple[int, int], micro: tuple[int, int]
+) -> float:
     """`train_bytes` of `split` (tp, pp) running `micro` (micro-batch size b, micro-batches
     m a rank): min(pp, m) of them in flight on the first stage (module docstring)."""
     (tp, pp), (b, m) = split, micro
@@ -301,7 +303,8 @@ def train_counts(model: DecoderShape, gpu: GpuSpec, *, seq_len: int, batch: int)
     node, usable = gpu.gpus_per_node, USABLE_MEMORY * gpu.memory_bytes
     return sorted({dp * tp * pp for tp, pp in _splits(model, gpu, seq_len) for dp in dps
                    if _tp_in_node(tp, dp * tp * pp, node)
-                   and _bytes_at(model, seq_len, (tp, pp), (1, batch // dp)) <= usable})  # fmt: skip
+                   and _bytes_at(model, seq_len, (tp, pp), (1, batch // dp)) <= usable
+                   })  # fmt: skip
 
 
 def no_layout_error(
@@ -365,10 +368,10 @@ def embedding_allreduce_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout
     word_embeddings parameters stay in sync"), run by `finalize_model_grads` after the
     data-parallel gradient sync, so nothing hides it: each embedding group (the first and
     last stage's ranks of one t and d) all-reduces its V d / tp shard (vocab parallel) of
-    main gradients, `GRAD_BYTES` (fp32: `TRAIN_CONFIG`), a ring of 2 (`ring_allreduce_s`: bytes / bw + 2
-    latencies), all groups at once, each on its GPUs' own links: NVLink where every pair
-    sits in one node (`embedding_pair_in_node`), else InfiniBand. 0 untied
-    (Llama 3) or at pp 1 (one copy)."""
+    main gradients, `GRAD_BYTES` (fp32: `TRAIN_CONFIG`), a ring of 2 (`ring_allreduce_s`:
+    bytes / bw + 2 latencies), all groups at once, each on its GPUs' own links: NVLink where
+    every pair sits in one node (`embedding_pair_in_node`), else InfiniBand. 0 untied (Llama
+    3) or at pp 1 (one copy)."""
     if not model.tie_embeddings or layout.pp == 1:
         return 0.0
     nbytes = GRAD_BYTES * model.vocab_size * model.d_model / layout.tp
@@ -380,8 +383,8 @@ def embedding_allreduce_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout
 
 def stage_hop_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, seq_len: int) -> float:
     """One hop between pipeline stages: a micro-batch's micro_batch x seq_len x d_model bf16
-    activations (or their gradients) split over the tp ranks, 1/tp over each GPU's own link, plus its
-    latency: NVLink where the job is on one node, else InfiniBand (module docstring: some
+    activations (or their gradients) split over the tp ranks, 1/tp over each GPU's own link,
+    plus its latency: NVLink where the job is on one node, else InfiniBand (module docstring: some
     stage boundary then crosses a node). 0 at pp 1."""
     if layout.pp == 1:
         return 0.0

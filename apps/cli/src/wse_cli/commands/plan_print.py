@@ -96,9 +96,11 @@ def _train_floor(g: dict) -> str:
 
 
 def _gpu_parts(g: dict) -> str:
-    """The GPU step's layout and what it adds to compute (hunt 77: pipeline sends priced)."""
+    """The GPU step's layout, its micro-batch size (hunt 79: chosen, was one sequence) and
+    what it adds to compute (hunt 77: pipeline sends priced)."""
     lay, d = g["layout"], duration
-    return (f"dp {lay['dp']} x tp {lay['tp']} x pp {lay['pp']}: compute {d(g['compute_s'])}, "
+    return (f"dp {lay['dp']} x tp {lay['tp']} x pp {lay['pp']}, micro-batches of "
+            f"{lay.get('micro_batch', 1):,}: compute {d(g['compute_s'])}, "
             f"stage sends {d(g['stage_sends_s'])}, bubble {d(g['bubble_s'])}, exposed "
             f"all-reduce {d(g['exposed_allreduce_s'])}")  # fmt: skip
 
