@@ -4,9 +4,14 @@
 BicgstabResult`, one `lax.while_loop` that the shell jits. Per iteration: two 7-point SpMVs
 (halos through `wse_core.fabric.halo_apply`), the AXPYs, and three wafer-wide fp32
 allreduces through `fabric.allreduce` ((r^, v); (t, s) with (t, t); (r^, r) with (r, r)).
-This solver stops on its recurrence residual; `wse_hpc.stencil.refine` runs the same
-iteration (`krylov_step`, `restart_test`) with reliable updates and stops on, and reports,
-the true residual (what the CLI, the bench and the experiments run).
+This solver stops by SciPy's rule (`scipy.sparse.linalg.bicgstab`: ||b - A x|| <= rtol ||b||,
+atol 0; `correction_tol`), with or without an x0: its recurrence runs to tol ||b||, then the
+true residual of the x it leaves is computed (one SpMV, one allreduce); where it misses tol
+another pass starts from that x (`PASS_FLOOR`, `GAIN`). It reports that true residual, and
+`converged` says it met tol (hunt 79: the target was tol ||b - A x0||, and from x0 = 10 x
+random it said converged at a true residual 1e4 x tol). `wse_hpc.stencil.refine` runs the
+same iteration (`krylov_step`, `restart_test`) with reliable updates within one Krylov space
+(what the CLI, the bench and the experiments run).
 
 Precision: `"mixed"` is the published scheme — vectors, SpMV and AXPYs in fp16, dot products
 accumulated and reduced in fp32, scalars in fp32 — with two safeguards that fp16 needs on
@@ -29,7 +34,8 @@ one copy per chunk, in an outer loop), and a non-finite x is swapped for it, wit
 residual. Why not the last finite one: a select every iteration is 3 more vector passes
 per iteration in XLA's count (31 -> 34 mixed, 50 -> 53 fp32, 48^3 and 96^3), ~6-10%.
 
-The history holds the recurrence residual ||r_k|| / ||r_0|| (fp32) for k = 0..iterations;
+The history holds the recurrence residual ||r_k|| / ||b|| (fp32) for k = 0..iterations (a
+later pass's from its own start, the true residual there);
 entries past the last iteration are NaN. It has min(maxiter, HISTORY_ITERATIONS) + 1 entries:
 a cap is a bound, not a forecast (hunt 67: maxiter=10**8 made a 4-iteration solve allocate
 2 GB of history up front), so a solve past HISTORY_ITERATIONS records its first ones only.
@@ -72,6 +78,8 @@ from wse_hpc.stencil.scaling import (
 )
 
 __all__ = [
+    "GAIN",
+    "PASS_FLOOR",
     "HISTORY_ITERATIONS",
     "PRECISIONS",
     "RESTART_EPS",
@@ -81,10 +89,12 @@ __all__ = [
     "Operator",
     "bicgstab",
     "check_stop",
+    "correction_tol",
     "default_replace_every",
     "history_buffer",
     "krylov_step",
     "lambda_min",
+    "residual_met",
     "restart_test",
     "scale_for",
     "solver_setup",
@@ -100,15 +110,23 @@ RESTART_EPS = 0.1
 # 1,000; every solve the stack runs, tests and studies included, stops within 1,000.
 HISTORY_ITERATIONS = 100_000
 KEEP_EVERY = 50  # iterations between kept iterates when residual replacement is off
+# A pass from a nonzero x stops at this recurrence residual relative to its own ||b - A x||
+# at the lowest: that right-hand side is rounded at eps ||A|| ||x|| in the working precision
+# (fp16's eps 9.8e-4), and solving it further only moves the rounding; the next pass starts
+# from the true residual of the x it leaves (as `fields.solvers.X0_PASS_FLOOR`).
+PASS_FLOOR = {"mixed": 2.0**-10, "fp32": 1e-6}
+GAIN = 0.9  # another pass only while the true residual fell below GAIN x the last one's
 
 
 class BicgstabResult(NamedTuple):
     x: jax.Array  # fp32 solution field
     iterations: jax.Array  # int32
-    residual: jax.Array  # fp32, final ||r|| / ||r_0|| (0 when r_0 = 0: b = 0)
+    residual: jax.Array  # fp32, ||b - A x|| / ||b|| of the x returned (0 for b = 0)
     history: jax.Array  # fp32 (min(maxiter, HISTORY_ITERATIONS) + 1,), NaN past the end
-    breakdown: jax.Array  # bool: rho or omega became zero / non-finite, or `sigma_fault`
-    converged: jax.Array  # bool: the recurrence residual met tol (the truth: `refine`)
+    # bool: rho or omega became zero / non-finite in a pass (the next starts from its kept
+    # iterate's true residual), or `sigma_fault`
+    breakdown: jax.Array
+    converged: jax.Array  # bool: the true residual met tol (SciPy's rule, hunt 79)
     # bool: sigma D^-1 r_0 overflowed the working precision or lost more than FLUSH_SHARE of
     # its norm to underflow (`scaling.start_fault`), or sigma is not a positive finite
     # number: no iteration ran, x = x0 (or 0); `scale_for` gives a sigma
@@ -218,12 +236,13 @@ def krylov_step(
     return k._replace(x=x, r=r, p=p, v=v, rho=rho_new, alpha=alpha, omega=omega)
 
 
-def _start(sv: _Solver, b: jax.Array, x0: jax.Array | None, sigma):
+def _start(sv: _Solver, b: jax.Array, x0: jax.Array | None, sigma, tol):
     """The first state, the scaled working-precision r_0 (residual replacement's right-hand
-    side), rho_0, ||r_0||, sigma and the start x0 (0 without one, or for b = 0: x = 0
-    whatever x0, as SciPy, hunt 75). sigma None picks `scale_for`'s from max|r_0| (one
-    max-allreduce). A start the working precision cannot hold is a breakdown with
-    `sigma_fault` (`scaling.start_fault`)."""
+    side), rho_0, ||r_0||, sigma, the start x0 (0 without one, or for b = 0: x = 0 whatever
+    x0, as SciPy, hunt 75) and `ratio`, SciPy's target tol ||b|| as a fraction of ||r_0||
+    (`correction_tol`; exactly tol without an x0, where r_0 = b). sigma None picks
+    `scale_for`'s from max|r_0| (one max-allreduce). A start the working precision cannot
+    hold is a breakdown with `sigma_fault` (`scaling.start_fault`)."""
     grid, lo, f32 = sv.grid, sv.lo, jnp.float32
     r0 = b.astype(f32)
     if x0 is None:
@@ -239,24 +258,32 @@ def _start(sv: _Solver, b: jax.Array, x0: jax.Array | None, sigma):
     sigma = jnp.asarray(sigma, f32)
     r32 = r0 * (sigma * sv.inv_d)
     r = lo(r32)
-    rr32, rr0 = fused_dot(grid, [(r32, r32), (r, r)])
+    if x0.ndim:  # ||b|| in r_0's scaled units (b itself may overflow fp32's squares)
+        bs = b.astype(f32) * (sigma * sv.inv_d)
+        rr32, rr0, bb = fused_dot(grid, [(r32, r32), (r, r), (bs, bs)])
+        ratio = correction_tol(tol, jnp.sqrt(bb), jnp.sqrt(rr32))
+    else:
+        rr32, rr0 = fused_dot(grid, [(r32, r32), (r, r)])
+        ratio = jnp.asarray(tol, f32)
     dots = functools.partial(fused_dot, grid)
     fault = start_fault(dots, r32, r, rr32, rr0, r_max, sigma)
     del r32, r0  # only the working-precision r_0 stays alive (memory at the SC20 size)
     r0norm = jnp.where(fault, 0.0, jnp.sqrt(rr0))
     start = jnp.where(fault, jnp.where(jnp.isfinite(rr32), 1.0, jnp.nan), r0norm > 0)
-    hist = history_buffer(sv.maxiter).at[0].set(start.astype(f32))
+    to_b = jnp.where(ratio < jnp.inf, tol / ratio, 0.0)  # ||r_0|| / ||b||: 1 without x0
+    hist = history_buffer(sv.maxiter).at[0].set((start * to_b).astype(f32))
     one = f32(1.0)
     x = jnp.zeros_like(r, f32)
     k = Krylov(x, r, r, jnp.zeros_like(r), jnp.zeros_like(r), one, one, one)
     st = _State(k, rr0, jnp.int32(0), hist, fault, jnp.bool_(True), rr0)
-    return st, r, rr0, r0norm, sigma, x0
+    return st, r, rr0, r0norm, sigma, x0, ratio, to_b
 
 
 def _iterate(
-    sv: _Solver, bs: jax.Array, r0norm: jax.Array, carry: tuple[_State, jax.Array]
+    sv: _Solver, bs: jax.Array, unit: jax.Array, carry: tuple[_State, jax.Array]
 ) -> tuple[_State, jax.Array]:
-    """The while loop's body: one iteration, the residual replacement, the restart test."""
+    """The while loop's body: one iteration, the residual replacement, the restart test
+    (`unit`: ||b|| in the recurrence's scaled units, the history's denominator)."""
     grid, spmv, lo, every = sv.grid, sv.spmv, sv.lo, sv.every
     # rho_new = (r^, r) of the current r, computed with ||r||^2 at the end of the
     # previous iteration (one reduction for both).
@@ -271,9 +298,20 @@ def _iterate(
     restart, rhat, rho_next, hh = restart_test(rho_next, rr, k.r, k.rhat, st.hh)
     bad = ~jnp.isfinite(rr) | (rho_next == 0) | (k.omega == 0)
     rr = jnp.where(jnp.isfinite(rr), rr, st.rr)  # report the last finite residual
-    hist = st.history.at[it].set(jnp.sqrt(rr) / r0norm, mode="drop")  # past the buffer: kept out
+    hist = st.history.at[it].set(jnp.sqrt(rr) / unit, mode="drop")  # past the buffer: kept out
     done = _State(k._replace(rhat=rhat), rr, it, hist, bad, restart, hh)
     return done, rho_next
+
+
+def _true_residual(sv: _Solver, b: jax.Array, x: jax.Array, sigma: jax.Array) -> jax.Array:
+    """||b - A x|| / ||b|| in fp32 (one SpMV, one allreduce), 0 for b = 0; both vectors
+    scaled by sigma D^-1 first, r_0's scaling, so that fp32's squares neither overflow (b ~
+    1e30) nor underflow. NaN for a non-finite x."""
+    s = sigma * sv.inv_d
+    f32 = jnp.float32
+    r, bs = (b.astype(f32) - sv.apply(x)) * s, b.astype(f32) * s
+    rr, bb = fused_dot(sv.grid, [(r, r), (bs, bs)])
+    return jnp.where(bb > 0, jnp.sqrt(rr) / jnp.sqrt(jnp.where(bb > 0, bb, 1.0)), 0.0)
 
 
 def restart_test(rho_next, rr, r, rhat, hh):
@@ -308,6 +346,22 @@ def check_stop(tol: object, maxiter: object, *, least: int = 0, error: type = St
     require_int("maxiter", maxiter, least, INT32_MAX, error=error)  # a lifted limit: int32
 
 
+def correction_tol(tol, bnorm, rnorm):
+    """SciPy's stopping rule (`scipy.sparse.linalg.bicgstab` / `cg`: ||b - A x|| <=
+    max(rtol ||b||, atol), atol 0 here) for a solve that iterates on the correction d of a
+    start x0, A d = r_0 = b - A x0: its residual must reach tol ||b||, that is tol ||b|| /
+    ||r_0|| of its own right-hand side (PETSc's default test is relative to ||b|| too); inf
+    when r_0 = 0 (met: 0 iterations). The one rule of this solver, the fields' cg and the
+    fields' bicgstab (`refine` on an x0's correction); hunt 79: relative to ||r_0|| a poor
+    x0 moved the target, converged=True at a true residual 1e4 x tol."""
+    return jnp.where(rnorm > 0, tol * bnorm / jnp.where(rnorm > 0, rnorm, 1.0), jnp.inf)
+
+
+def residual_met(rnorm, bnorm, tol):
+    """SciPy's rule on a residual: ||b - A x|| <= tol ||b|| (b = 0: x = 0 meets it)."""
+    return rnorm <= tol * bnorm
+
+
 def solver_setup(
     grid: StencilGrid, precision: str, tol: float, maxiter: int, operator: Operator | None = None
 ):
@@ -324,6 +378,51 @@ def solver_setup(
     return (jnp.float16 if precision == "mixed" else jnp.float32), op
 
 
+class _Pass(NamedTuple):
+    """What one pass of `bicgstab` leaves (`_pass`)."""
+
+    x: jax.Array  # fp32, finite where any iterate was
+    it: jax.Array  # iterations so far, all passes
+    truth: jax.Array  # ||b - A x|| / ||b|| (`_true_residual`)
+    history: jax.Array
+    breakdown: jax.Array
+    fault: jax.Array  # `sigma_fault` of this pass's start
+
+
+def _pass(sv: _Solver, b, tol, cap, x0, sigma, floor, its, history) -> _Pass:
+    """One BiCGSTAB solve from x0 (None: 0) on its correction, to SciPy's tol ||b||
+    (`correction_tol`) but not below `floor` relative to ||b - A x0|| (module docstring),
+    from iteration `its` within `cap`, its recurrence written on from `history` (None: a
+    new one); the true residual of the x it returns."""
+    st, bs, rho0, r0norm, sigma, x_start, ratio, to_b = _start(sv, b, x0, sigma, tol)
+    if history is not None:
+        st = st._replace(it=its, history=history)
+    fault = st.breakdown
+    stop_at = jnp.maximum(ratio, floor) * r0norm  # tol ||b|| in the scaled recurrence's units
+    every = sv.every
+
+    def cond(st: _State) -> jax.Array:
+        return (st.it < cap) & (jnp.sqrt(st.rr) > stop_at) & ~st.breakdown
+
+    unit = jnp.where(to_b > 0, r0norm / to_b, 1.0)  # the history's ||b||, scaled
+    iterate = functools.partial(_iterate, sv, bs, unit)
+
+    def chunk(c):  # `every` iterations; the iterate at their start kept (finite: it ran on)
+        (st, rho), _ = c
+        end = st.it + (every or KEEP_EVERY)
+        inner = lambda c: cond(c[0]) & (c[0].it < end)
+        return lax.while_loop(inner, iterate, (st, rho)), st.k.x
+
+    first = ((st, rho0), st.k.x)
+    (st, _), kept = lax.while_loop(lambda c: cond(c[0][0]), chunk, first)
+    x_out, x_kept = (x_start + jnp.where(fault, 0.0, y / sigma) for y in (st.k.x, kept))
+    nan_x = x_out - x_out  # 0 where finite, NaN elsewhere
+    finite = fused_dot(sv.grid, [(nan_x, nan_x)])[0] == 0
+    x_out = jnp.where(finite, x_out, x_kept)  # a NaN x: the last kept iterate instead
+    truth = _true_residual(sv, b, x_out, sigma)  # of the x returned, relative to ||b||
+    return _Pass(x_out, st.it, truth, st.history, st.breakdown, fault)
+
+
 def bicgstab(
     grid: StencilGrid,
     *,
@@ -333,7 +432,7 @@ def bicgstab(
     replace_every: int | None = None,
 ) -> Callable[..., BicgstabResult]:
     """`solve_fn(b, x0=None, sigma=None, *, rtol=None, limit=None) -> BicgstabResult` for
-    A x = b (b an fp32 field), stopping on the recurrence residual.
+    A x = b (b an fp32 field), stopping by SciPy's rule on the true residual.
 
     `sigma` is the scaling of the module docstring (a traced scalar) of r_0 = b - A x0 (b
     without x0); None (the default) picks `scale_for(grid, max|r_0|)`'s inside the solve
@@ -341,12 +440,17 @@ def bicgstab(
     b ~ 1; sigma from b broke warm starts). A sigma whose start the working precision cannot
     hold is flagged (`sigma_fault`, `breakdown`; `scaling.start_fault`), never converged; a
     Python number that is not positive and finite is refused (StencilError). A breakdown
-    whose x is not finite returns the last kept iterate (module docstring), with its residual.
-    Stops when the recurrence residual ||r|| / ||r_0|| <= tol (or the traced `rtol`), after
-    `maxiter` (or the traced `limit`) iterations, or at a breakdown; `converged` says the
-    first. The recurrence residual is not the true one: `refine` is what stops on the truth;
-    it is NaN whenever x is not finite (the last finite recurrence residual would not be x's).
-    For b = 0 it returns x = 0 (whatever x0, as SciPy), residual 0, converged.
+    whose x is not finite returns the last kept iterate (module docstring).
+    A pass iterates on the correction of its start (x0, 0, or the last pass's x) until the
+    recurrence residual is <= tol ||b|| (or the traced `rtol`; SciPy's rule, relative to
+    ||b||, never to ||b - A x0||), though from a nonzero start not below PASS_FLOOR of that
+    start's residual, after `maxiter` (or the traced `limit`) iterations in all, or at a
+    breakdown. The x it leaves is checked on the true residual (one SpMV): another pass runs
+    while that misses tol, improved on the last check by GAIN, and iterations are left.
+    `residual` is that true residual ||b - A x|| / ||b|| of the x returned (NaN when x is
+    not finite; a sigma_fault's is the start's, 1 without x0), `converged` says it met tol.
+    From an x0 that meets tol it returns x0 after 0 iterations (SciPy too); for b = 0, x =
+    0 (whatever x0, as SciPy), residual 0, converged.
     """
     dtype, op = solver_setup(grid, precision, tol, maxiter)
     lo = lambda s: s.astype(dtype)
@@ -357,34 +461,26 @@ def bicgstab(
         b: jax.Array, x0: jax.Array | None = None, sigma=None, *, rtol=None, limit=None
     ) -> BicgstabResult:
         check_sigma(sigma)
-        st, bs, rho0, r0norm, sigma, x_start = _start(sv, b, x0, sigma)
-        fault = st.breakdown
-        stop_at = jnp.asarray(tol if rtol is None else rtol, jnp.float32) * r0norm
+        tol_now = jnp.asarray(tol if rtol is None else rtol, jnp.float32)
         cap = maxiter if limit is None else jnp.minimum(limit, maxiter)
+        floor = 0.0 if x0 is None else PASS_FLOOR[precision]
+        run = functools.partial(_pass, sv, b, tol_now, cap)
+        first = run(x0, sigma, floor, jnp.int32(0), None)
+        fault = first.fault
 
-        def cond(st: _State) -> jax.Array:
-            return (st.it < cap) & (jnp.sqrt(st.rr) > stop_at) & ~st.breakdown
+        def again(c: tuple[_Pass, jax.Array]) -> jax.Array:
+            p, before = c
+            return ~residual_met(p.truth, 1.0, tol_now) & (p.it < cap) & (p.truth < GAIN * before)
 
-        iterate = functools.partial(_iterate, sv, bs, r0norm)
+        def next_pass(c: tuple[_Pass, jax.Array]) -> tuple[_Pass, jax.Array]:
+            p, _ = c
+            later = run(p.x, None, PASS_FLOOR[precision], p.it, p.history)
+            return later._replace(breakdown=later.breakdown | p.breakdown), p.truth
 
-        def chunk(c):  # `every` iterations; the iterate at their start kept (finite: it ran on)
-            (st, rho), _ = c
-            end = st.it + (every or KEEP_EVERY)
-            inner = lambda c: cond(c[0]) & (c[0].it < end)
-            return lax.while_loop(inner, iterate, (st, rho)), (st.k.x, st.rr)
-
-        first = ((st, rho0), (st.k.x, st.rr))
-        (st, _), (kept, kept_rr) = lax.while_loop(lambda c: cond(c[0][0]), chunk, first)
-        x_out, x_kept = (x_start + jnp.where(fault, 0.0, y / sigma) for y in (st.k.x, kept))
-        nan_x, nan_kept = x_out - x_out, x_kept - x_kept  # 0 where finite, NaN elsewhere
-        finite, kept_ok = fused_dot(grid, [(nan_x, nan_x), (nan_kept, nan_kept)]) == 0
-        # b = 0 (r_0 = 0): x = 0 is exact, residual 0 (hunt 75: 0 / 0 said NaN)
-        r0 = jnp.where(r0norm > 0, r0norm, 1.0)
-        res = jnp.where(r0norm > 0, jnp.sqrt(st.rr) / r0, 0.0)
-        kept_res = jnp.where(kept_ok, jnp.sqrt(kept_rr) / r0, jnp.nan)
-        x_out = jnp.where(finite, x_out, x_kept)  # a NaN x: the last kept iterate instead
-        res = jnp.where(fault, st.history[0], jnp.where(finite, res, kept_res))
-        met = (jnp.sqrt(st.rr) <= stop_at) & finite & ~fault
-        return BicgstabResult(x_out, st.it, res, st.history, st.breakdown, met, fault)
+        go = ~fault & jnp.isfinite(first.truth)
+        p, _ = lax.while_loop(again, next_pass, (first, jnp.where(go, jnp.inf, 0.0)))
+        res = jnp.where(fault, p.history[0], p.truth)
+        met = residual_met(p.truth, 1.0, tol_now) & ~fault  # NaN: not met
+        return BicgstabResult(p.x, p.it, res, p.history, p.breakdown, met, fault)
 
     return solve_fn
