@@ -389,14 +389,14 @@ class _Pass(NamedTuple):
     fault: jax.Array  # `sigma_fault` of this pass's start
 
 
-def _pass(sv: _Solver, b, tol, cap, x0, sigma, floor, its, history) -> _Pass:
+def _pass(sv: _Solver, b, tol, cap, x0, sigma, floor, resume) -> _Pass:
     """One BiCGSTAB solve from x0 (None: 0) on its correction, to SciPy's tol ||b||
     (`correction_tol`) but not below `floor` relative to ||b - A x0|| (module docstring),
-    from iteration `its` within `cap`, its recurrence written on from `history` (None: a
-    new one); the true residual of the x it returns."""
+    within `cap`; `resume` (iterations so far, history) goes on from a last pass (None: from
+    iteration 0, a new history); the true residual of the x it returns."""
     st, bs, rho0, r0norm, sigma, x_start, ratio, to_b = _start(sv, b, x0, sigma, tol)
-    if history is not None:
-        st = st._replace(it=its, history=history)
+    if resume is not None:
+        st = st._replace(it=resume[0], history=resume[1])
     fault = st.breakdown
     stop_at = jnp.maximum(ratio, floor) * r0norm  # tol ||b|| in the scaled recurrence's units
     every = sv.every
@@ -465,7 +465,7 @@ def bicgstab(
         cap = maxiter if limit is None else jnp.minimum(limit, maxiter)
         floor = 0.0 if x0 is None else PASS_FLOOR[precision]
         run = functools.partial(_pass, sv, b, tol_now, cap)
-        first = run(x0, sigma, floor, jnp.int32(0), None)
+        first = run(x0, sigma, floor, None)
         fault = first.fault
 
         def again(c: tuple[_Pass, jax.Array]) -> jax.Array:
@@ -474,7 +474,7 @@ def bicgstab(
 
         def next_pass(c: tuple[_Pass, jax.Array]) -> tuple[_Pass, jax.Array]:
             p, _ = c
-            later = run(p.x, None, PASS_FLOOR[precision], p.it, p.history)
+            later = run(p.x, None, PASS_FLOOR[precision], (p.it, p.history))
             return later._replace(breakdown=later.breakdown | p.breakdown), p.truth
 
         go = ~fault & jnp.isfinite(first.truth)
