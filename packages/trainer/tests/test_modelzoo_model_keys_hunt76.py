@@ -58,9 +58,10 @@ def test_modelzoos_gpt2_small_reads_past_its_first_modelzoo_key_to_the_dropout(t
     path.write_text(GPT2_SMALL)
     with pytest.raises(ConfigError) as e:  # past position_embedding_type: refused as ours
         model_config(load_config(path))
-    assert str(e.value) == (
-        "model.dropout_rate 0.1: there is no dropout here, and this gpt2 model runs 0.0; give "
-        "0.0, or leave the key out"
+    drop = "dropout_rate 0.1: there is no dropout here, and this gpt2 model runs 0.0; give 0.0"
+    assert str(e.value) == (  # both dropouts in one line since hunt 79
+        f"2 settings of the params file cannot run here: (1) model.{drop}, or leave the key "
+        f"out; (2) model.attention_{drop}, or leave the key out"
     )
     path.write_text(GPT2_SMALL.replace("dropout_rate: 0.1", "dropout_rate: 0.0"))
     config = load_config(path)

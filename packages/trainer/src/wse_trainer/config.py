@@ -138,9 +138,13 @@ class TrainConfig:
     model: Mapping[str, Any]  # {"preset": name, <ModelConfig field>: value, ...}
     optimizer: OptimizerConfig
     runconfig: RunConfig
+    # ModelZoo's keys read and dropped, as changing nothing here: the lines a run says of them
+    # (`modelzoo_keys.ignored`; not saved with the run: they are no setting)
+    notes: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: dict(v) if k == "model" else dataclasses.asdict(v) for k, v in vars(self).items()}
+        sections = {k: v for k, v in vars(self).items() if k != "notes"}
+        out = {k: dict(v) if k == "model" else dataclasses.asdict(v) for k, v in sections.items()}
         opt, kind = out["optimizer"], self.optimizer.optimizer_type  # what it reads: reruns as is
         out["optimizer"] = {k: v for k, v in opt.items() if kind in READ_BY.get(k, (kind,))}
         return out
@@ -211,38 +215,129 @@ def _finite(where: str, value: int | float) -> float | None:
     return number
 
 
-def _section(name: str, data: Any, written: Mapping[str, Written]) -> Any:
+class _Said:
+    """What reading a params mapping found: each setting that cannot run (`problems`: its
+    line alone, and the line in a list of several), all said in one error (hunt 79: ModelZoo's
+    params_gpt2_small.yaml took 13 runs, one refused key each), and the keys read and dropped
+    (`ignored`: by their note, `modelzoo_keys.IGNORED_NOTES`)."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[str, str]] = []
+        self.ignored: dict[str, list[str]] = {}
+        self.unknown: dict[str, list[str]] = {}  # unknown keys by their note: listed once
+
+    def add(self, line: str, listed: str | None = None) -> None:
+        self.problems.append((line, line if listed is None else listed))
+
+    def raise_any(self) -> None:
+        if len(self.problems) == 1:
+            raise ConfigError(self.problems[0][0])
+        if not self.problems:
+            return
+        items, said = [], set()
+        for _, listed in self.problems:
+            note = next((n for n, keys in self.unknown.items() if listed in keys), None)
+            if note is None:
+                items.append(listed)
+            elif note not in said and (keys := self.unknown[note]):
+                said.add(note)
+                names = ", ".join(k.removeprefix("unknown key ").removesuffix(note) for k in keys)
+                items.append(f"unknown key{'s' * (len(keys) > 1)} {names}{note}")
+        listed = "; ".join(f"({i}) {item}" for i, item in enumerate(items, 1))
+        raise ConfigError(
+            f"{len(self.problems)} settings of the params file cannot run here: {listed}"
+        )
+
+    def notes(self) -> tuple[str, ...]:
+        return tuple(f"note: {', '.join(k)}: {modelzoo_keys.IGNORED_NOTES[n]}"
+                     for n, k in self.ignored.items())  # fmt: skip
+
+
+def _unknown(said: _Said, where: str, why: str, valid: str) -> None:
+    """An unknown key `where`; `why`: its note or suggestion; `valid`: its section's keys."""
+    said.add(f"unknown key {where}{why}; valid keys: {valid}", f"unknown key {where}{why}")
+    if why.startswith(" (") and "did you mean" not in why:  # a note: keys sharing it, listed once
+        said.unknown.setdefault(why, []).append(f"unknown key {where}{why}")
+
+
+def _section(name: str, data: Any, written: Mapping[str, Written], said: _Said) -> Any:
+    """The section `name` of `data`, or None where `said` got the lines why it cannot be."""
     cls = SECTIONS[name]
     data = {} if data is None else data
     if not isinstance(data, dict):
-        raise ConfigError(f"section {name!r} must be a mapping of keys, got {shown_value(data)}")
+        said.add(f"section {name!r} must be a mapping of keys, got {shown_value(data)}")
+        return None
     if cls is None:
+        _model_keys(data, said)
         return types.MappingProxyType({"preset": "tiny-gpt2", **data})
     fields = {f.name for f in dataclasses.fields(cls)}
     if name == "runconfig":  # ModelZoo's autoload_checkpoint of no boolean, null epochs
         data, why = runconfig_read(data)
         if why:
-            raise ConfigError(why)
-    kwargs = {}
+            said.add(why)
+            data = {k: v for k, v in data.items() if k != "autoload_checkpoint"}
+    kwargs, before = {}, len(said.problems)
     for key, value in data.items():
-        if key not in fields:
-            raise ConfigError(
-                f"unknown key {name}.{shown(key, quote=False)}{hint(name, key, fields)}; "
-                f"valid keys: {', '.join(sorted(fields))}"
-            )
-        if cls is OptimizerConfig and key == "learning_rate" and isinstance(value, list | dict):
-            raise ConfigError(scheduler_list(value))  # hunt 69: a repr of dicts
-        # named as written (hunt 73: `betas: [0.9, 1.5]` was refused as optimizer.beta2's)
-        where = w.name if (w := written.get(f"{name}.{key}")) else f"{name}.{key}"
-        kwargs[key] = checked_value(where, value, (cls, key))
-        if key == "micro_batch_size" and kwargs[key] is None:  # ModelZoo's "disable micro
-            kwargs[key] = "none"  # batch tiling"; the key left out is "auto" (hunt 76)
-        if w and (why := modelzoo_keys.written_problem(where, key, kwargs[key])):
-            raise ConfigError(why)
+        if key not in fields and (ig := modelzoo_keys.ignored(name, str(key), value)):
+            if ig.why:
+                said.add(ig.why)
+            else:  # hunt 79: changes nothing here, said in a note
+                said.ignored.setdefault(str(ig.note), []).append(f"{name}.{key}")
+        elif key not in fields:
+            where = f"{name}.{shown(key, quote=False)}"
+            _unknown(said, where, hint(name, key, fields), ", ".join(sorted(fields)))
+        else:
+            try:
+                kwargs[key] = _value(name, key, value, written)
+            except ConfigError as e:
+                said.add(str(e))
+    if len(said.problems) > before:
+        return None
     for key in ("model_dir", "checkpoint_path") if name == "runconfig" else ():
         if isinstance(kwargs.get(key), str):  # hunt 62: '~/x' made a folder named '~'
             kwargs[key] = os.path.expanduser(kwargs[key])
     return cls(**kwargs)
+
+
+def _value(name: str, key: str, value: Any, written: Mapping[str, Written]) -> Any:
+    """Section `name`'s `key` as read, or a ConfigError naming it as written."""
+    cls = SECTIONS[name]
+    if cls is OptimizerConfig and key == "learning_rate" and isinstance(value, list | dict):
+        raise ConfigError(scheduler_list(value))  # hunt 69: a repr of dicts
+    # named as written (hunt 73: `betas: [0.9, 1.5]` was refused as optimizer.beta2's)
+    where = w.name if (w := written.get(f"{name}.{key}")) else f"{name}.{key}"
+    out = checked_value(where, value, (cls, key))
+    if key == "micro_batch_size" and out is None:  # ModelZoo's "disable micro batch
+        out = "none"  # tiling"; the key left out is "auto" (hunt 76)
+    if w and (why := modelzoo_keys.written_problem(where, key, out)):
+        raise ConfigError(why)
+    return out
+
+
+def _model_keys(data: Mapping[str, Any], said: _Said) -> None:
+    """Add to `said` the model section's unknown keys and ModelZoo keys the arch refuses, as
+    `session.model_config` refuses them, so that a file's are said with its others' (hunt 79)."""
+    import wse_models
+
+    fields = {f.name for f in dataclasses.fields(wse_models.ModelConfig)} - {"name"}
+    for key in data:
+        if key != "preset" and key not in fields | modelzoo_keys.MODEL_VALUES:
+            where = f"model.{shown(key, quote=False)}"
+            _unknown(
+                said, where, hint("model", key, fields), f"preset, {', '.join(sorted(fields))}"
+            )
+    if not modelzoo_keys.MODEL_VALUES & data.keys():
+        return
+    try:
+        arch = (
+            data.get("arch") or wse_models.preset_config(str(data.get("preset", "tiny-gpt2"))).arch
+        )
+    except wse_models.ModelConfigError:
+        return  # the preset is refused when the model is built
+    for key in (k for k in data if k in modelzoo_keys.MODEL_VALUES):  # in the file's order
+        one = {k: data[k] for k in (key, "mlp_activation") if k in data}
+        if why := modelzoo_keys.model_values(one, lambda a=arch: str(a))[1]:
+            said.add(why)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
@@ -254,12 +349,15 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
 
 
 def _config(data: Mapping[str, Any], written: Mapping[str, Written]) -> TrainConfig:
-    """The TrainConfig of a mapping in our keys; `written`: its settings given ModelZoo's way."""
-    if unknown := [k for k in data if k not in SECTIONS]:
-        why = hint("", unknown[0], SECTIONS)
-        raise ConfigError(f"unknown section {unknown[0]!r}{why}; sections: {', '.join(SECTIONS)}")
-    sections = {name: _section(name, data.get(name), written) for name in SECTIONS}
-    return TrainConfig(**default_splits(sections, data))
+    """The TrainConfig of a mapping in our keys; `written`: its settings given ModelZoo's way.
+    Every setting that cannot run is said in one error (`_Said`)."""
+    said = _Said()
+    for name in (k for k in data if k not in SECTIONS):
+        why = f"unknown section {name!r}{hint('', name, SECTIONS)}"
+        said.add(f"{why}; sections: {', '.join(SECTIONS)}", why)
+    sections = {name: _section(name, data.get(name), written, said) for name in SECTIONS}
+    said.raise_any()
+    return TrainConfig(**default_splits(sections, data), notes=said.notes())
 
 
 def _moved(data: Mapping[str, Any], *, nulls: bool = False) -> tuple[dict, dict[str, Written]]:

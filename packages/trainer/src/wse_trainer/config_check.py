@@ -335,12 +335,12 @@ def _choice(where: str, value: str, choices: Sequence[str]) -> None:
 def config_notes(config: TrainConfig) -> list[str]:
     """Lines a run of `config` says beside its output ("note: ..."): a warm-up as long as
     the run (hunt 69: the rate never reached learning_rate, unsaid; refusing it would refuse
-    `--max-steps 2` of a shipped config), an eval_frequency its mode does not use, and a data
-    file listed twice (read once)."""
+    `--max-steps 2` of a shipped config), an eval_frequency its mode does not use, a data
+    file listed twice (read once), and ModelZoo's keys read and ignored (`TrainConfig.notes`)."""
     from wse_trainer.data_files import repeated_entries
 
     opt, run = config.optimizer, config.runconfig
-    notes = []
+    notes = list(config.notes)  # ModelZoo's keys that change nothing here (hunt 79)
     if run.mode != "eval" and opt.warmup_steps >= run.max_steps > 0:
         last = opt.learning_rate * (run.max_steps - 1) / opt.warmup_steps
         notes.append(

@@ -24,6 +24,7 @@ heads alone are given (ModelZoo's GPT-2 has no other) as many key/value heads. I
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -31,7 +32,8 @@ from wse_core.errors import shown_value, suggest
 
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit
 
-__all__ = ["MODELZOO_KEYS", "MODELZOO_NOTES", "MODEL_VALUES", "NONLINEARITIES", "Written",
+__all__ = ["IGNORED_NOTES", "Ignored", "LOADER_KEYS", "LOSS_SCALE_KEYS", "MODELZOO_KEYS",
+           "MODELZOO_NOTES", "MODEL_VALUES", "NONLINEARITIES", "Written", "ignored",
            "eval_steps_problem", "hint", "keep_problem", "model_values", "moved",
            "moved_problem", "same", "written_problem", "zoo_keys"]  # fmt: skip
 
@@ -56,13 +58,18 @@ MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
 # section's key "" is a top-level section
 _INPUT_NOTES = {
     "shuffle": "no equivalent: batches are always shuffled, seeded by shuffle_seed",
-    "num_workers": "no equivalent: the corpus is read and tokenized once, before training",
     "drop_last": "no equivalent: a last partial batch is always dropped",
+    # hunt 79: "did you mean 'data_dir'?", and a user put a path in it
+    "data_processor": (
+        "ModelZoo's data processor class, e.g. GptHDF5DataProcessor over its preprocessed "
+        "HDF5 shards; this stack reads its own data formats, named by data_dir: .txt, .jsonl, "
+        ".json or .parquet files or folders, a Hugging Face datasets name, or stdlib, "
+        "tokenized by the run's own BPE; leave the key out"
+    ),
 }
 MODELZOO_NOTES = {
     **{(s, k): v for s in ("train_input", "eval_input") for k, v in _INPUT_NOTES.items()},
     ("optimizer", "correct_bias"): "no equivalent: adam and adamw always correct the bias",
-    ("optimizer", "loss_scaling_factor"): "no equivalent: no loss scaling (fp32 gradients)",
     ("model", "mixed_precision"): (
         "no such key: model.dtype sets it; bfloat16 is 16-bit compute over fp32 master "
         "weights, as mixed_precision true, and float32 none"
@@ -82,6 +89,85 @@ MODELZOO_NOTES = {
         ),
     ),
 }
+
+
+# ModelZoo's keys that change nothing here, read and dropped with a note at the values that
+# mean what runs (`ignored`; hunt 79: refused one a run, with no note or none that fitted):
+# PyTorch DataLoader performance settings (no loader runs here), and loss scaling, which
+# ModelZoo applies to float16 gradients (model.dtype is float32 or bfloat16 here: their 8-bit
+# exponent needs none, and no loss scaling is applied). ModelZoo's loss_scaling_factor is 1.0
+# (none) unless given; its initial/max/min_loss_scale and steps_per_increase are read by
+# "dynamic" scaling only
+LOADER_KEYS = ("num_workers", "prefetch_factor", "persistent_workers")
+LOSS_SCALE_KEYS = ("loss_scaling_factor", "initial_loss_scale", "max_loss_scale",
+                   "min_loss_scale", "steps_per_increase")  # fmt: skip
+IGNORED_NOTES = {
+    "loader": (
+        "PyTorch DataLoader performance settings; no loader runs here (the corpus is read and "
+        "tokenized once, before training): ignored"
+    ),
+    "scale": (
+        "ModelZoo's loss scaling, for float16 gradients; there is no float16 here "
+        "(model.dtype float32 or bfloat16, whose 8-bit exponent needs no scaling) and no loss "
+        "scaling is applied: ignored"
+    ),
+    "dynamic": (
+        "dynamic loss scaling; there is no float16 here (model.dtype float32 or bfloat16) and "
+        "no scaling is applied: ignored, and a step whose loss or gradient norm is not finite "
+        "stops the run instead of being skipped"
+    ),
+}
+
+
+class Ignored(NamedTuple):
+    """An ignored key's note (an `IGNORED_NOTES` key) or the line why its value cannot be."""
+
+    note: str | None
+    why: str | None
+
+
+def _count(value: Any, least: int) -> bool:
+    return value is None or (type(value) is int and value >= least)
+
+
+def ignored(section: str, key: str, value: Any) -> Ignored | None:
+    """Whether ModelZoo's `section.key` at `value` is read and dropped here (`Ignored` with its
+    note), refused (`Ignored` with the line), or none of these keys (None)."""
+    where = f"{section}.{key}"
+    if section in ("train_input", "eval_input") and key in LOADER_KEYS:
+        ok = value is None or type(value) is bool
+        if key != "persistent_workers":
+            ok = _count(value, int(key == "prefetch_factor"))
+        want = {"num_workers": "a count >= 0", "prefetch_factor": "a count >= 1"}
+        if ok:
+            return Ignored("loader", None)
+        why = f"{where} must be {want.get(key, 'true or false')}, got {_yaml(value)}"
+        return Ignored(None, f"{why} (ignored here: {IGNORED_NOTES['loader']})")
+    if section != "optimizer" or key not in LOSS_SCALE_KEYS:
+        return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if key == "loss_scaling_factor":
+        if isinstance(value, str) and value.casefold() == "dynamic":
+            return Ignored("dynamic", None)
+        if value is None or (number and value == 1):
+            return Ignored("scale", None)
+        if not number:
+            return Ignored(None, f'{where} must be a number or "dynamic", got {_yaml(value)}')
+        return Ignored(
+            None,
+            (
+                f"{where} {_yaml(value)} is a static loss scale, which ModelZoo applies to keep "
+                "float16 gradients from underflowing; there is no float16 here (model.dtype "
+                "float32 or bfloat16) and no loss scaling, so the run would not be the one asked "
+                'for: give 1.0 (none) or "dynamic", or leave the key out'
+            ),
+        )
+    if key == "steps_per_increase" and _count(value, 1):
+        return Ignored("scale", None)
+    if key != "steps_per_increase" and (value is None or (number and 0 < value < math.inf)):
+        return Ignored("scale", None)
+    want = "a count >= 1" if key == "steps_per_increase" else "a positive number"
+    return Ignored(None, f"{where} must be {want}, got {_yaml(value)}")
 
 
 def hint(section: str, key: str, keys: Iterable[str]) -> str:

@@ -68,6 +68,8 @@ def unknown_null(cls: type | None, section: str, key: str, item: str) -> str | N
         return None
     if (section, key) in modelzoo_runconfig.READ_AS_RUNS:  # null: dropped, as true is
         return None
+    if (read := modelzoo_keys.ignored(section, key, None)) and read.why is None:
+        return None  # a key that changes nothing here (hunt 79): its null dropped
     return (
         f"unknown key {section}.{shown(key, quote=False)}"
         f"{modelzoo_keys.hint(section, key, keys)} in override {shown(item)}; valid keys: "

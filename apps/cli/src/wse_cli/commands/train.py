@@ -26,6 +26,7 @@ filesystem every process sees.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -282,7 +283,7 @@ def _with_flags(config, flags: dict):
         return config
     data = config.to_dict()
     data["runconfig"].update(given)
-    return config_from_dict(data)
+    return dataclasses.replace(config_from_dict(data), notes=config.notes)  # no setting
 
 
 def _notes(config) -> None:
