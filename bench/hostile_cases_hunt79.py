@@ -1,11 +1,12 @@
 """The CLI refusals of session 79 (hunt 79, each fixed), as `hostile_cases.Case`s whose
-commands and messages are those of their tests: apps/cli/tests/test_env_hunt79.py and
-apps/cli/tests/test_options_hunt79.py. One case per distinct refusal. Select them with
-`--only '(hunt 79)'`."""
+commands and messages are those of their tests: apps/cli/tests/test_env_hunt79.py,
+apps/cli/tests/test_options_hunt79.py and packages/trainer/tests/test_modelzoo_file_hunt79.py.
+One case per distinct refusal. Select them with `--only '(hunt 79)'`."""
 
 from __future__ import annotations
 
 from hostile_cases import Case, _const
+from hostile_cases_hunt72 import _train  # `wse train tiny --validate-only` with overrides
 
 _STENCIL = ("hpc", "stencil", "--kind", "jacobi", "--grid", "4", "4", "4", "--preset", "tiny",
             "--steps", "1")  # fmt: skip
@@ -38,4 +39,12 @@ def hunt79_cases() -> list[Case]:
             "plan", "train", "-m", "gpt2-124m", "--tokens", "1e9", "--mfu", "1e-400"),
              message="got 1e-400",
              note="got 0.0"),
+        Case("hunt79", "train a static loss scale (hunt 79)",
+             _train("optimizer.loss_scaling_factor=128.0"),
+             message="is a static loss scale",
+             note="refused as an unknown key, with no word of what it is"),
+        Case("hunt79", "train persistent_workers not a bool (hunt 79)",
+             _train("train_input.persistent_workers=2"),
+             message="must be true or false",
+             note="refused as an unknown key (the key means nothing here: now a note)"),
     ]  # fmt: skip
