@@ -56,8 +56,9 @@ def test_a_gpu_request_takes_its_first_token_then_its_output():
     def step(batch: gs.StepBatch) -> float:
         return gs.step(LLAMA8B, gpum.H100, lay, batch, fractions=frac).seconds
 
+    # each chunk computes one row's logits (hunt 79: vLLM's `logits_indices`)
     chunk = step(gs.StepBatch(users=0, kv_tokens=work.kv_tokens, prefill_tokens=8192,
-                              prompt_tokens=16384))  # fmt: skip
+                              prompt_tokens=16384, logit_rows=1))  # fmt: skip
     decode = step(gs.StepBatch(users=1, kv_tokens=work.kv_tokens))
     assert p.ttft_s == pytest.approx(2 * chunk)
     assert p.user_tokens_per_s == pytest.approx(1 / decode)

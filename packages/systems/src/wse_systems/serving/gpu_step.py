@@ -14,8 +14,8 @@ each stage (assumed: stages of equal work; the sampled token's return to the fir
 left out):
 
     memory  = (w_x N_matmul + k_x V (B kv_tokens + B t + c)) / tp  /  (hbm x HBM)
-    compute = (B t (2 N_matmul + 4 L HQ kv_tokens) + c (2 N_matmul + 2 L HQ P)) / tp
-              /  (mfu x peak_x)
+    compute = (B t (2 N_matmul + 4 L HQ kv_tokens) + c (2 (N_matmul - V_h d) + 2 L HQ P)
+               + r 2 V_h d) / tp  /  (mfu x peak_x)
     step    = max(memory, compute) + (K L + K0) kernel_s
               + 2 L ring_allreduce((B t + c) d 2 B over tp on NVLink)
               + (pp - 1) ((B t + c) d 2 B / InfiniBand + its latency)
@@ -23,8 +23,17 @@ left out):
 (N_matmul the weights every token multiplies, V the KV values a token adds, L layers, HQ
 heads x head dim, kv_tokens = `Workload.kv_tokens` cached tokens each decode token reads; a
 prompt token attends to P / 2 earlier tokens on average; the chunks' reads of their own
-prompt's earlier KV, under P / 2 tokens a step, are left out.) A decode token is `step` with
-c = 0, a prompt alone is `step` with B = 0.
+prompt's earlier KV, under P / 2 tokens a step, are left out.) The head (V_h d, the
+vocabulary projection, in N_matmul) runs on every decode token but on r rows of the prompt
+chunks only: vLLM computes logits at `logits_indices`, each request's last scheduled token
+(vllm-project/vllm, vllm/v1/worker/gpu_model_runner.py: `sample_hidden_states =
+hidden_states[logits_indices]; logits = self.model.compute_logits(sample_hidden_states)`;
+a partial prefill's sample is discarded), so one row a chunk, the last chunk's the first
+token (`StepBatch.logit_rows`; left out, c / P: the prompts a spread of c prompt tokens ends
+on average, a chunk that ends none adding one row more, a 1 / c share, left out; hunt 79:
+every prompt token's logits were priced, 19% of a Llama 3.2 1B prompt's flops, 6.5% of
+8B's). Every step computes some row's logits, so the head's weights are read in each. A decode
+token is `step` with c = 0, a prompt alone is `step` with B = 0.
 
 The kernel cost is an assumption: `--assume gpu.kernel_s=S` (`KERNEL_KEY`, registered with
 `wse_core.cost.assumptions` by `wse_systems.gpu_kernels`, which holds the kernel counts and
@@ -186,13 +195,23 @@ class GpuFractions(_Fractions):
 class StepBatch(NamedTuple):
     """What one forward pass carries: `users` decoding users adding `tokens_per_user` tokens
     each (reading `kv_tokens` cached tokens) and `prefill_tokens` tokens of prompts of
-    `prompt_tokens` tokens."""
+    `prompt_tokens` tokens, of which `logit_rows` get the head (the module docstring: one a
+    prompt chunk; None: `prefill_tokens` / `prompt_tokens`, the prompts a spread of prompt
+    tokens ends on average)."""
 
     users: int = 0
     tokens_per_user: int = 1
     kv_tokens: int = 0
     prefill_tokens: float = 0.0
     prompt_tokens: int = 0
+    logit_rows: float | None = None
+
+    @property
+    def prompt_logit_rows(self) -> float:
+        """The prompt rows whose logits the step computes (`logit_rows`, or its default)."""
+        if self.logit_rows is not None:
+            return self.logit_rows
+        return self.prefill_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,16 +354,19 @@ def step(
     """One forward pass of `batch` (module docstring) at `fractions` of the GPU's peaks and
     its kernels' fixed cost (default: `GpuFractions()` when called): the one pricer of a
     decode token, a verification, a prompt chunk and any mix of them."""
-    users, tokens_per_user, kv_tokens, prefill_tokens, prompt_tokens = batch
+    users, tokens_per_user, kv_tokens, prefill_tokens, prompt_tokens, _ = batch
     hbm_fraction, mfu, kernel_s = GpuFractions() if fractions is None else fractions
     prec = gpu_precision(precision)
     tp, pp, layers = layout.tp, layout.pp, model.n_layers
     n, v, hq = matmul_params(model), kv_values_per_token(model), attn_dim(model)
+    head = model.vocab_size * model.d_model  # the head's product, in n (module docstring)
     new = users * tokens_per_user + prefill_tokens
     read = prec.weight_bytes * n + prec.kv_bytes * v * (users * kv_tokens + new)
     memory = read / tp / (hbm_fraction * gpu.hbm_bytes_per_s)
-    flops = users * tokens_per_user * (2 * n + 4 * layers * hq * kv_tokens) + prefill_tokens * (
-        2 * n + 2 * layers * hq * prompt_tokens
+    flops = (
+        users * tokens_per_user * (2 * n + 4 * layers * hq * kv_tokens)
+        + prefill_tokens * (2 * (n - head) + 2 * layers * hq * prompt_tokens)
+        + batch.prompt_logit_rows * 2 * head
     )
     compute = flops / tp / (mfu * prec.peak_flops(gpu))
     act = ACT_BYTES * model.d_model * new

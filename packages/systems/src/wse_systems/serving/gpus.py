@@ -40,7 +40,10 @@ users' tokens go first, prompt chunks fill what is left, first come first served
 - Time to first token at m users: the prompt waits for the round under way (none at one
   user), then runs in chunks of T - (m - 1) t tokens riding in the other m - 1 users' rounds
   (the target's chunk in its step or verification, the draft's in the first draft step):
-  ceil(P / chunk) rounds priced by `step`. Each user sends its next request as the last ends.
+  ceil(P / chunk) rounds priced by `step`, each chunk with one row's logits (vLLM's
+  `logits_indices`: `gpu_step`; hunt 79: every prompt token's). Each user sends its next
+  request as the last ends. The point's bound is the step's that takes most of the request,
+  its decode rounds' or, where its first token takes longer, its prompt chunks'.
 - A request (`wse_systems.serving.frontier.RequestTimes`, the wafers' arithmetic too): its
   first token, then R rounds that carry the other m - 1 users' prompt tokens (its own
   prompt ran in its first token: hunt 66). Every user in flight rides in each of the
@@ -201,49 +204,65 @@ class GpuServing:
         return tokens / self.token_budget * self.round_s(layout, batch, room)[0]
 
     def step(self, layout: GpuLayout, users: int, *, tokens: int = 1, prefill: float = 0.0,
-             draft: bool = False) -> GpuStep:  # fmt: skip
+             draft: bool = False, rows: float | None = None) -> GpuStep:  # fmt: skip
+        """`gpu_step.step` of `users` decoding and `prefill` prompt tokens (`rows`: the prompt
+        rows whose logits it computes, `StepBatch.logit_rows`)."""
         m = self.draft if draft and self.draft is not None else self.model
         w = self.workload
-        batch = StepBatch(users, tokens, w.kv_tokens, prefill, w.prompt_tokens)
+        batch = StepBatch(users, tokens, w.kv_tokens, prefill, w.prompt_tokens, rows)
         return step(m, self.gpu, layout, batch, precision=self.precision,
                     fractions=self.fractions)  # fmt: skip
 
-    def round_s(self, layout: GpuLayout, batch: int, prefill: float = 0.0) -> tuple[float, str]:
+    def round_s(self, layout: GpuLayout, batch: int, prefill: float = 0.0,
+                rows: float | None = None) -> tuple[float, str]:  # fmt: skip
         """(seconds of one round of `batch` users carrying `prefill` prompt tokens, bound): a
         step; with a draft, gamma draft steps and the verification, the prompt tokens riding
         in the first draft step and in the verification (hunt 68: the draft's share was a
         pass of its own, another read of its weights each round). No users: the prompt's
-        passes alone."""
+        passes alone. `rows`: the prompt rows whose logits each model computes (default:
+        the prompts the tokens end on average, `gpu_step.StepBatch.logit_rows`)."""
         if self.speculation is None:
-            s = self.step(layout, batch, prefill=prefill)
+            s = self.step(layout, batch, prefill=prefill, rows=rows)
             return s.seconds, s.bound
         g = self.speculation.gamma
-        drafts = self.step(layout, batch, prefill=prefill, draft=True).seconds
+        drafts = self.step(layout, batch, prefill=prefill, draft=True, rows=rows).seconds
         if batch:
             drafts += (g - 1) * self.step(layout, batch, draft=True).seconds
-        verify = self.step(layout, batch, tokens=g + 1, prefill=prefill)
+        verify = self.step(layout, batch, tokens=g + 1, prefill=prefill, rows=rows)
         return drafts + verify.seconds, verify.bound
 
     def ttft_s(self, layout: GpuLayout, batch: int) -> float:
         """The round under way, then the prompt in chunks riding in the other `batch` - 1
         users' rounds (`batch`: the users of a micro-batch)."""
+        return self._first_token(layout, batch)[0]
+
+    def _first_token(self, layout: GpuLayout, batch: int) -> tuple[float, str]:
+        """(`ttft_s`, the bound of the prompt's chunks: their longest part's, the full
+        chunks' or the last one's). Each chunk computes one row's logits (vLLM's
+        `logits_indices`, `gpu_step`'s docstring; hunt 79: every prompt token's were priced)."""
         others, p = batch - 1, self.workload.prompt_tokens
         chunk = max(1, self.token_budget - others * self.step_tokens)
         wait = self.round_s(layout, others, self.others_prefill(batch))[0] if others else 0.0
         full, rest = divmod(p, chunk)
-        rest_s = self.round_s(layout, others, rest)[0] if rest else 0.0
-        return wait + full * self.round_s(layout, others, chunk)[0] + rest_s
+        parts = [(full * s, b) for s, b in [self.round_s(layout, others, chunk, 1.0)] if full]
+        parts += [self.round_s(layout, others, rest, 1.0)] if rest else []
+        return wait + sum(s for s, _ in parts), max(parts)[1]
 
     # ---- points -----------------------------------------------------------------------
     def micro_times(self, layout: GpuLayout, micro: int) -> tuple[RequestTimes, float, str]:
         """(a request's times, its bare decode rounds' seconds, the bound) where each of the
-        replica's micro-batches holds `micro` users (the module docstring)."""
+        replica's micro-batches holds `micro` users (the module docstring). The bound is the
+        step's that takes most of the request: its decode rounds', or its prompt chunks'
+        where its first token takes longer (hunt 79: a one-output-token request, all prompt,
+        was "hbm" from a decode round it never runs)."""
         rounds = self.decode_rounds
         own_s, bound = self.round_s(layout, micro, self.others_prefill(micro))
+        first_s, first_bound = self._first_token(layout, micro)
         # below the budget's capacity the request's own path binds (no wait); past it the
         # prompts queue and the period is the full rounds that carry them
-        times = RequestTimes(ttft_s=self.ttft_s(layout, micro), decode_s=rounds * own_s,
+        times = RequestTimes(ttft_s=first_s, decode_s=rounds * own_s,
                              capacity_s=self.capacity_s(layout, micro))  # fmt: skip
+        bound = first_bound if first_s > times.decode_s else bound
         return times, rounds * self.round_s(layout, micro)[0], bound
 
     def replica_point(self, layout: GpuLayout, batch: int, replicas: int = 1) -> OperatingPoint:
