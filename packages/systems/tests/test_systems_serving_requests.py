@@ -74,7 +74,11 @@ def test_gpu_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
         p.aggregate_tokens_per_s * case["prompt"] / case["output"]
     )
     peak = case["gpus"] * 0.5 * prec.peak_flops(gpum.H100)
-    assert tokens * 2 * n <= peak * (1 + 1e-9)
+    # the head (V d of n) on every token but the prompt's, whose logits are one row a
+    # request's prompt at least (hunt 79: vLLM's `logits_indices`; every prompt token's before)
+    head = shape.vocab_size * shape.d_model
+    rows = tokens - p.input_tokens_per_s + p.aggregate_tokens_per_s / case["output"]
+    assert tokens * 2 * (n - head) + rows * 2 * head <= peak * (1 + 1e-9)
     # every step reads every weight once and every decoding user's cache once
     lay = gs.GpuLayout(p.layout["tp"], p.layout["pp"])
     kv, replicas = serve.workload.kv_tokens, p.layout["replicas"]
@@ -110,9 +114,16 @@ def test_gpu_throughput_falls_or_stays_as_the_prompt_grows(case, more):
     assert long.max_users <= short.max_users
     users = max(1, round(case["load"] * long.max_users))
     a, b = short.point(users), long.point(users)
-    assert b.aggregate_tokens_per_s <= a.aggregate_tokens_per_s * (1 + 1e-12)
-    assert b.ttft_s >= a.ttft_s * (1 - 1e-12)
-    assert frontier(long).best_aggregate() <= frontier(short).best_aggregate() * (1 + 1e-12)
+    # hunt 79: a prompt's logits are one row, so a round of the same prompt tokens is cheaper
+    # where they are longer (fewer prompts): where the round under way sets the first token
+    # and the period (one output token, the budget full of the others' prompts), the period
+    # can shorten by up to the head's share of a token's work, V d / (N_matmul - V d)
+    head = case["shape"].vocab_size * case["shape"].d_model
+    slack = head / (matmul_params(case["shape"]) - head)
+    assert b.aggregate_tokens_per_s <= a.aggregate_tokens_per_s * (1 + slack + 1e-12)
+    assert b.ttft_s >= a.ttft_s * (1 - slack - 1e-12)
+    best = frontier(short).best_aggregate() * (1 + slack + 1e-12)
+    assert frontier(long).best_aggregate() <= best
 
 
 def _wafer(prompt: int, output: int, context: int, regions=None) -> WaferServing:
@@ -191,7 +202,9 @@ def test_time_to_first_token_is_the_policys_not_a_share():
     lay = gs.GpuLayout(1, 1)
 
     def chunk(tokens):
-        batch = gs.StepBatch(kv_tokens=w.kv_tokens, prefill_tokens=tokens, prompt_tokens=20000)
+        batch = gs.StepBatch(
+            kv_tokens=w.kv_tokens, prefill_tokens=tokens, prompt_tokens=20000, logit_rows=1
+        )  # one row a chunk (hunt 79)
         return gs.step(shape, gpum.H100, lay, batch, fractions=FRACTIONS).seconds
 
     full, rest = divmod(20000, sg.TOKEN_BUDGET)
