@@ -10,7 +10,6 @@ and output tokens times the tokens are the system-hours times the price."""
 
 import dataclasses
 import math
-import time
 
 import pytest
 from hypothesis import example, given, settings
@@ -179,9 +178,9 @@ def test_wafer_throughput_falls_or_stays_as_the_prompt_grows(case):
     assert b.aggregate_tokens_per_s <= a.aggregate_tokens_per_s * (1 + 1e-12)
 
 
+@pytest.mark.timeout(300)  # a bound on a hang, not a timing (the house rule: no timed asserts)
 def test_a_gpu_count_of_1e18_is_priced_at_once():
     w = Workload(prompt_tokens=1000, output_tokens=1000)
-    start = time.perf_counter()
     serve = GpuServing(SHAPES[1], gpum.H100, num_gpus=10**18, workload=w)
     top = serve.point(serve.max_users)
     assert math.isclose(top.users, serve.max_users) and serve.max_users > 10**18
@@ -189,8 +188,8 @@ def test_a_gpu_count_of_1e18_is_priced_at_once():
     assert sped is not None and sped.user_tokens_per_s >= top.user_tokens_per_s
     assert len(gs.replica_sizes(10**18, gpum.H100, SHAPES[1])) <= SHAPES[1].n_layers + 6
     # hunt 75: `meeting` weighs every load of its grid (1,510 at 3 x 10**20 users) for the
-    # most output, where it stopped at the largest load that met (2.0 s here before)
-    assert time.perf_counter() - start < 12.0
+    # most output, where it stopped at the largest load that met (2.0 s here before); a hang
+    # is the timeout's to catch, not a wall-time assert
 
 
 def test_time_to_first_token_is_the_policys_not_a_share():
