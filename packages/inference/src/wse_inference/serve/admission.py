@@ -87,6 +87,9 @@ class RequestLimits:
     # open for days); 2 MiB in 60 s is 280 kbit/s. Go's http.Server.ReadTimeout is the like.
     body_s: float = 60.0
     max_user_chars: int = 256  # `user`, an end-user id (hunt 56: 1.5 MB ids were taken)
+    # vLLM's request_id (the body's) and its X-Request-Id header: the response id's base, which
+    # every streamed chunk of every choice repeats (hunt 79: a 1 MB id, n = 2, sent 2 MB)
+    max_request_id_chars: int = 256
     # HTTP's request line and headers (uvicorn's h11_max_incomplete_event_size; h11's default):
     # past it a 400 says so (hunt 57: a 200 KB header was "Receive buffer too long")
     max_head_bytes: int = 16 * 1024

@@ -4,8 +4,9 @@ parsing uses them): `invalid` (an `InvalidRequestError` naming its field); `numb
 that JSON type or its default); `max_tokens` (or max_completion_tokens) and
 `stream_options`; and the fields this server does not honour: `refuse_unsupported` (n past
 `MAX_N`, best_of, logit_bias, suffix, tools, response_format, min_p, vLLM's extras in
-`NOT_HONOURED` unless absent, null or neutral, `user`, vLLM's `request_id` not a string and
-`priority` other than 0), `refuse_tools` and
+`NOT_HONOURED` unless absent, null or neutral, `user`, vLLM's `request_id` not a string or
+past `RequestLimits.max_request_id_chars` (`check_request_id`, the X-Request-Id header's
+bound too) and `priority` other than 0), `refuse_tools` and
 `refuse_not_honoured` (the parts /tokenize shares) and `refuse_other_route` (messages on
 /v1/completions, prompt on chat). Values a refusal repeats are spelt as JSON
 (`admission.shown_json`).
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_N",
     "MAX_LOGIT_BIAS",
     "NOT_HONOURED",
+    "check_request_id",
     "invalid",
     "integer",
     "number",
@@ -251,7 +253,7 @@ def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
             f'response_format {shown_json(fmt)} is not supported; only {{"type": "text"}} is.',
             "response_format",
         )
-    _request_id_and_priority(body)
+    _request_id_and_priority(body, limits)
     user = body.get("user")
     if user is not None and (not isinstance(user, str) or len(user) > limits.max_user_chars):
         got = f"{len(user):,} characters" if isinstance(user, str) else repr(user)[:40]
@@ -263,14 +265,30 @@ def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
         )
 
 
-def _request_id_and_priority(body: dict) -> None:
-    """vLLM's `request_id` (a str field: an int is a 400 there) and `priority` (an int; vLLM
-    refuses a non-zero one, "Got priority 5 but Priority scheduling is not enabled.", unless
-    --scheduling-policy priority, which this server has not); hunt 78: both were ignored."""
+def check_request_id(rid: str, name: str, limits: RequestLimits) -> None:
+    """A request id (`name`: the body's request_id or the X-Request-Id header) of at most
+    `RequestLimits.max_request_id_chars`, as `user` is bounded: every streamed chunk of every
+    choice repeats it (hunt 79: a 1 MB id sent 2 MB at n = 2; vLLM sets no bound)."""
+    if len(rid) > limits.max_request_id_chars:
+        raise InvalidRequestError(
+            f"{name} must be at most {limits.max_request_id_chars} characters (the response "
+            f"id repeats it in every chunk), got {len(rid):,} characters.",
+            param=name,
+            code="string_above_max_length",
+        )
+
+
+def _request_id_and_priority(body: dict, limits: RequestLimits) -> None:
+    """vLLM's `request_id` (a str field: an int is a 400 there; at most
+    `RequestLimits.max_request_id_chars`) and `priority` (an int; vLLM refuses a non-zero one,
+    "Got priority 5 but Priority scheduling is not enabled.", unless --scheduling-policy
+    priority, which this server has not); hunt 78: both were ignored."""
     rid = body.get("request_id")
     if rid is not None and not isinstance(rid, str):
         raise invalid(f"request_id must be a string, got {shown_json(rid, head=40)}.",
                       "request_id")  # fmt: skip
+    if rid is not None:
+        check_request_id(rid, "request_id", limits)
     priority = integer(body, "priority", 0)
     if priority:
         raise invalid(f"priority {shown_int(priority)} needs priority scheduling, which this "

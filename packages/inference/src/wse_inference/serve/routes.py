@@ -2,14 +2,15 @@
 
 Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 `data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models
-(and /v1/models/{id}, 404 model_not_found for a name not served; each entry with vLLM's
+(and /v1/models/{id}, 404 (reason model_not_found) for a name not served; each entry with vLLM's
 max_model_len and the model's vocab_size, which vLLM does not list), /health (503 while
 draining), /metrics (Prometheus: vLLM's metrics this server measures, named `wse_*` where
 vLLM's are `vllm:*`; `metrics.NOT_SERVED` lists those it does not),
 vLLM's GET /version ({version}: the stack's) and POST /tokenize ({prompt} or
 {messages} -> {count, max_model_len, tokens}) and /detokenize ({tokens} -> {prompt}).
 The response id is vLLM's `chatcmpl-<id>` / `cmpl-<id>`, the id the X-Request-Id header
-names, else the body's request_id, else a fresh uuid (vLLM's `_base_request_id`); a request's
+names, else the body's request_id, else a fresh uuid (vLLM's `_base_request_id`; either one
+past `RequestLimits.max_request_id_chars` = 256 characters is a 400 naming it); a request's
 X-Request-Id comes back as a response header (vLLM's XRequestIdMiddleware).
 Errors use vLLM's body {"error": {"message", "type", "param", "code"}} (`code` the HTTP
 status, `type` vLLM's name for it: "BadRequestError"...), with this server's `reason`
@@ -68,6 +69,7 @@ from wse_inference.serve.cors import CorsConfig, add_cors
 from wse_inference.serve.generation import Generation
 from wse_inference.serve.http_body import ClientGone, read_json, refusal_response, run_off_loop
 from wse_inference.serve.metrics import CONTENT_TYPE, ServeMetrics
+from wse_inference.serve.openai_fields import check_request_id
 from wse_inference.serve.openai_response import error_response
 from wse_inference.serve.scheduler import Scheduler
 
@@ -182,8 +184,10 @@ def _add_generation_routes(
     async def generate(request: Request, kind: str) -> Response:
         try:
             body = await read_json(request, limits)
-            p = await run_off_loop(functools.partial(parse, body, kind=kind))
             header_id = request.headers.get("x-request-id")  # vLLM's _base_request_id: first
+            if header_id is not None:  # bounded as the body's (h11 refuses CR, LF and NUL)
+                check_request_id(header_id, "X-Request-Id", limits)
+            p = await run_off_loop(functools.partial(parse, body, kind=kind))
             if header_id is not None:
                 p = dataclasses.replace(p, request_id=header_id)
             gen = Generation(scheduler, p)
