@@ -73,6 +73,17 @@ def _check_fits(scheduler: Scheduler, n: int) -> None:
         )
 
 
+# A choice the engine ended with an error, by its finish_reason: the HTTP status and `reason`
+# of the answer (whole or streamed alike): "invalid" the engine's refusal of the request (400),
+# "abort" a server shutting down (503), anything else ("error") the server's fault (500)
+_FAILURES = {"invalid": (400, "invalid_value"), "abort": (503, "abort")}
+
+
+def _failure(finish_reason: str | None) -> tuple[int, str]:
+    """The (HTTP status, reason) of a choice that ended with an error (`_FAILURES`)."""
+    return _FAILURES.get(finish_reason or "", (500, finish_reason or "error"))
+
+
 class Generation:
     """One admitted request of `p.n` choices (one scheduler submission each): events arrive
     from the engine thread into one asyncio queue as (choice index, event)."""
@@ -138,10 +149,8 @@ class Generation:
             watcher.cancel()
             self.cancel()
         if ev.error is not None:
-            if ev.finish_reason == "invalid":  # refused by the engine itself
-                return error_response(400, ev.error, reason="invalid_value")
-            status = 503 if ev.finish_reason == "abort" else 500
-            return error_response(status, ev.error, reason=ev.finish_reason)
+            status, why = _failure(ev.finish_reason)
+            return error_response(status, ev.error, reason=why)
         usage, time_info = self._final(finals)
         choices = [
             Choice(
@@ -225,8 +234,8 @@ class Generation:
                 if ev.error is not None:
                     if ev.text:
                         yield sse(chunk_body(p, rid, created, Choice(ev.text, None), index=i))
-                    status = {"invalid": 400, "abort": 503}.get(ev.finish_reason or "", 500)
-                    yield sse(error_body(ev.error, status=status, reason=ev.finish_reason))
+                    status, why = _failure(ev.finish_reason)
+                    yield sse(error_body(ev.error, status=status, reason=why))
                     break
                 # a chunk for every step that made tokens, its text "" while a character's
                 # bytes or a stop string's start are held back, as vLLM's (hunt 73: such steps
