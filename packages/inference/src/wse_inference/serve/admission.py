@@ -20,7 +20,8 @@ One validator for both front ends, in the order a request meets it:
 
 - `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT): any of the above. Requests are
   never silently truncated. `ModelNotFoundError`, a model name not served, is OpenAI's and
-  vLLM's HTTP 404 with code model_not_found (`openai.NotFoundError`; hunt 77: a 400); gRPC
+  vLLM's HTTP 404 (`openai.NotFoundError`; hunt 77: a 400), its error body's `reason`
+  model_not_found (`code` is the status, 404, as vLLM's); gRPC
   keeps INVALID_ARGUMENT for it, its documented status for every refused request.
 - `QueueFullError` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED): the bounded waiting
   queue is full.
@@ -103,7 +104,8 @@ class RequestLimits:
 
 
 class InvalidRequestError(WseError):
-    """A request the server refuses (HTTP `http_status`, 400 / gRPC INVALID_ARGUMENT)."""
+    """A request the server refuses (HTTP `http_status`, 400 / gRPC INVALID_ARGUMENT); its
+    `code` (invalid_value...) is the HTTP error body's `reason`, whose `code` is the status."""
 
     http_status = 400
 
@@ -116,8 +118,9 @@ class InvalidRequestError(WseError):
 
 
 class ModelNotFoundError(InvalidRequestError):
-    """A model name this server does not serve: HTTP 404 with OpenAI's code model_not_found,
-    as OpenAI and vLLM answer (`openai.NotFoundError`; hunt 77: it was a 400)."""
+    """A model name this server does not serve: HTTP 404, as OpenAI and vLLM answer
+    (`openai.NotFoundError`; hunt 77: it was a 400), with `reason` model_not_found (OpenAI's
+    code string; the body's `code` is the status, 404, as vLLM's)."""
 
     http_status = 404
 

@@ -5,16 +5,16 @@
   (nothing is read), or a chunked body's chunk-size lines do (at the size line, told by
   `wse_inference.serve.http_protocol`), or a body grows past it while it streams in;
 - `InvalidRequestError` (400): a `Content-Length` that is not a number, a body that is not
-  UTF-8 JSON (code invalid_json; NaN / Infinity and a key twice in one object included), or
+  UTF-8 JSON (reason invalid_json; NaN / Infinity and a key twice in one object included), or
   one nested deeper than `limits.max_json_depth`
   (checked without recursion, before anything walks the value);
 - `ClientGone` when the client disconnected while sending it (nobody is left to answer);
 - `QueueFullError` (429) when the bodies being read or parsed at once, all connections
   together, would pass `limits.max_body_bytes_in_flight`.
 
-`refusal_response(error, metrics)` is the HTTP answer to any refusal (400; 404 with code
-model_not_found for a model this server does not serve, as OpenAI's and vLLM's; 413, 429,
-503). A Content-Type other than
+`refusal_response(error, metrics)` is the HTTP answer to any refusal (400; 404 with reason
+model_not_found, its `code` the status, for a model this server does not serve, as OpenAI's
+and vLLM's; 413, 429, 503). A Content-Type other than
 application/json (or `application/*+json`), or several differing ones, a charset other than
 UTF-8, or any content coding
 (gzip..., in any of the Content-Encoding headers), is a 400 before the body is read; a body

@@ -19,7 +19,8 @@ stream_options without stream. `user` must be a string of at most
 `RequestLimits.max_user_chars`, vLLM's request_id a string (the response id is
 `chatcmpl-<request_id>` / `cmpl-<request_id>`, as vLLM's), its priority 0 (no priority
 scheduling here). A model name this server does not serve is `ModelNotFoundError`
-(HTTP 404 with OpenAI's code model_not_found, as OpenAI and vLLM answer); a missing, null or
+(HTTP 404, as OpenAI and vLLM answer, with `reason` model_not_found: OpenAI's code string;
+the body's `code` is the status, as vLLM's); a missing, null or
 empty one is the served model, as in vLLM (the answer names it).
 Fields this module does not know are ignored, as vLLM ignores them (metadata, store,
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
