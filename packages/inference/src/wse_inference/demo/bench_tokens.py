@@ -91,9 +91,11 @@ def tokenize_count(client: httpx.AsyncClient, model: str, timeout_s: float) -> C
 
 
 def _model_refused(status: int, body: bytes) -> bool:
-    """Whether a 4xx of /tokenize is about the model asked for, not the text: OpenAI's code
-    model_not_found or param "model" (wse serve's 400), or vLLM's 404 "The model `x` does
-    not exist." (a 404 of a server without /tokenize says no model)."""
+    """Whether a 4xx of /tokenize is about the model asked for, not the text: wse serve's
+    `reason` model_not_found (its `code` is the status, 404, as vLLM's; an older wse serve's
+    `code` string), param "model", or vLLM's 404 of `type` NotFoundError ("The model `x` does
+    not exist."). A 404 of a server without /tokenize says no model: its type is the phrase
+    "Not Found" (vLLM's and wse serve's) or its body Starlette's {"detail": "Not Found"}."""
     if status not in (400, 404):
         return False
     try:
@@ -104,8 +106,12 @@ def _model_refused(status: int, body: bytes) -> bool:
     if not isinstance(error, dict):
         return False
     message = error.get("message")
-    by_vllm = status == 404 and isinstance(message, str) and message.startswith("The model")
-    return error.get("code") == "model_not_found" or error.get("param") == "model" or by_vllm
+    by_vllm = status == 404 and (
+        error.get("type") == "NotFoundError"
+        or (isinstance(message, str) and message.startswith("The model"))
+    )
+    named = "model_not_found" in (error.get("reason"), error.get("code"))
+    return named or error.get("param") == "model" or by_vllm
 
 
 def _count_of(body: bytes) -> int:
