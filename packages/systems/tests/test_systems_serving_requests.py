@@ -104,6 +104,8 @@ def test_gpu_throughput_never_exceeds_the_compute_or_memory_ceiling(case):
 
 @settings(max_examples=40, deadline=None)
 @given(gpu_cases, st.integers(1, 5000))
+@example({"shape": SHAPES[0], "prompt": 1, "output": 1, "gpus": 1, "precision": "bf16",
+          "load": 1.0}, 1)  # hunt 79's case: the round under way sets the period # fmt: skip
 def test_gpu_throughput_falls_or_stays_as_the_prompt_grows(case, more):
     context = case["prompt"] + more + case["output"]  # the same KV held: the same memory
     try:
@@ -116,11 +118,20 @@ def test_gpu_throughput_falls_or_stays_as_the_prompt_grows(case, more):
     # hunt 79: a prompt's logits are one row, so a round of the same prompt tokens is cheaper
     # where they are longer (fewer prompts): where the round under way sets the first token
     # and the period (one output token, the budget full of the others' prompts), the period
-    # can shorten by up to the head's share of a token's work, V d / (N_matmul - V d)
-    head = case["shape"].vocab_size * case["shape"].d_model
-    slack = head / (matmul_params(case["shape"]) - head)
+    # can shorten by the head rows the round saves. A prompt token costs 2 (N - V d) flops
+    # plus 2 V d / P for its share of the prompt's one logits row (attention only adds to
+    # both), so the rise is at most V d (1/P_a - 1/P_b) / (N - V d + V d / P_b). Review 79:
+    # the head's whole share V d / (N - V d) (26.9 % for shape a) on every case let a 20 %
+    # regression pass; now the slack is the rows actually saved (shape a, P 1000 -> 1500:
+    # 0.009 %; only P_a ~ 1 nears the old bound, 1 -> 2: 11.9 %), on throughput at one output
+    # token only (with more, a decode step sets the period and the head runs every token),
+    # on the first token at any output (its prefill round: 204 -> 213, shape c, fell 4e-6)
+    head, n = case["shape"].vocab_size * case["shape"].d_model, matmul_params(case["shape"])
+    p_a, p_b = case["prompt"], case["prompt"] + more
+    saved = head * (1 / p_a - 1 / p_b) / (n - head + head / p_b)
+    slack = saved if case["output"] == 1 else 0.0
     assert b.aggregate_tokens_per_s <= a.aggregate_tokens_per_s * (1 + slack + 1e-12)
-    assert b.ttft_s >= a.ttft_s * (1 - slack - 1e-12)
+    assert b.ttft_s >= a.ttft_s * (1 - saved - 1e-12)
     best = frontier(short).best_aggregate() * (1 + slack + 1e-12)
     assert frontier(long).best_aggregate() <= best
 
