@@ -27,8 +27,10 @@ tol -0.5 ran as 0.5, maxiter 2.5 ran 3 and 10**12 failed inside JAX).
   ||b||, folds it into x and checks the true residual (one SpMV and one reduction); where
   the truth misses tol (fp32 rounds b - A x0 at eps32 ||A|| ||x0||: hunt 79, x0 = 1000
   said converged at a true 1.7e-4, tol 1e-6) it runs another pass from there, while each
-  gains (GAIN) and iterations are left. From an x0 that meets tol, and for b = 0 (x = 0
-  whatever x0, as SciPy), 0 iterations; `residual` is the truth, `converged` says it met tol.
+  gains (`wse_hpc.stencil.bicgstab.pass_again`, GAIN) and iterations are left; it returns
+  the best pass's x (`keep_best`; review 79: a last pass may end worse). From an x0 that
+  meets tol, and for b = 0 (x = 0 whatever x0, as SciPy), 0 iterations; `residual` is the
+  truth, `converged` says it met tol.
 - `bicgstab(apply_fn)`: for non-symmetric or indefinite A (implicit advection-diffusion,
   Helmholtz with periodic boundaries): not a second BiCGSTAB but the stack's one
   (`wse_hpc.stencil.refine`'s iteration: reliable updates, stopping on the true residual)
@@ -62,7 +64,15 @@ from wse_hpc.fields.operators import (
     laplacian_diagonal,
     mean,
 )
-from wse_hpc.stencil.bicgstab import Operator, check_stop, correction_tol, residual_met
+from wse_hpc.stencil.bicgstab import (
+    PASS_FLOOR,
+    Operator,
+    check_stop,
+    correction_tol,
+    keep_best,
+    pass_again,
+    residual_met,
+)
 from wse_hpc.stencil.refine import CERTIFY_FLOOR, PAIR_BELOW, refine
 
 __all__ = [
@@ -146,6 +156,7 @@ class _Cg(NamedTuple):
     stop2: jax.Array  # this pass's target for rr: (SciPy's tol ||b||, floored)^2
     t: jax.Array  # ||b - A x|| at the last check
     done: jax.Array  # bool
+    best: tuple[Field, jax.Array]  # the checked x of least true residual, and that residual
 
 
 def cg(
@@ -168,19 +179,21 @@ def cg(
         x = b * 0.0 if x0 is None else x0.like(jnp.where(bnorm > 0, x0.data, 0.0))  # as SciPy
         x = _zero_mean(x, nullspace)  # an x0's constant is the null space's: it must not count
 
-        def _restart(x: Field, floored, it, before) -> _Cg:
+        def _restart(x: Field, floored, it, before, best) -> _Cg:
             """A pass from x: its true residual r (one SpMV, one reduction), CG afresh on
             the correction from 0, to SciPy's tol ||b|| (`correction_tol`), not below
-            CG_PASS_FLOOR of ||r|| when `floored`; done when r meets tol (0 iterations from
-            an x0 that does), at the cap, or without a GAIN on the last check `before`."""
+            PASS_FLOOR["fp32"] of ||r|| when `floored`; done unless `pass_again` (r misses
+            tol, iterations left, a GAIN on the last check `before`): 0 iterations from an
+            x0 that meets tol. `best` (x, t) so far: x where its t is lower (`keep_best`)."""
             r = _zero_mean(b - apply_fn(x), nullspace)
             z = psolve(r)
             rz, rr = dot(r, z), dot(r, r)
             t = jnp.sqrt(rr)
             ratio = jnp.minimum(correction_tol(tol, bnorm, t), 1.0)
-            ratio = jnp.maximum(ratio, CG_PASS_FLOOR) if floored else ratio
-            done = residual_met(t, bnorm, tol) | (it >= maxiter) | ~(t < GAIN * before)
-            return _Cg(x, b * 0.0, r, z, rz, rr, it, ratio**2 * rr, t, done)
+            ratio = jnp.maximum(ratio, PASS_FLOOR["fp32"]) if floored else ratio
+            done = ~pass_again(t, before, bnorm, tol, it < maxiter)
+            best = (x, t) if best is None else keep_best(best, (x, t), best[1], t)
+            return _Cg(x, b * 0.0, r, z, rz, rr, it, ratio**2 * rr, t, done, best)
 
         def body(s: _Cg) -> _Cg:
             with scope("cg_iteration"):
@@ -188,7 +201,7 @@ def cg(
             # the pass ends (its target met, or the cap): fold the correction in, check the
             # true residual, and go on from it unless done (a 0-or-1-trip loop, as refine's)
             due = (s.rr <= s.stop2) | (s.it >= maxiter)
-            check = lambda c: (False, _restart(c[1].x + c[1].d, True, c[1].it, c[1].t))
+            check = lambda c: (False, _restart(c[1].x + c[1].d, True, c[1].it, c[1].t, c[1].best))
             return lax.while_loop(lambda c: c[0], check, (due, s))[1]
 
         def _cg_step(s: _Cg) -> _Cg:
@@ -202,21 +215,16 @@ def cg(
             return s._replace(d=d, r=r, p=p, rz=rz, rr=dot(r, r), it=s.it + 1)
 
         # x0 = None: the first pass's target is tol ||b|| exactly (the counts of before)
-        s0 = _restart(x, x0 is not None, jnp.int32(0), jnp.inf)
+        s0 = _restart(x, x0 is not None, jnp.int32(0), jnp.inf, None)
         s = lax.while_loop(lambda s: ~s.done, body, s0)
-        # the true residual of the x returned (hunt 79: the fp32 recurrence said 1.6e-7 of
-        # an x whose truth was 1.7e-4, from x0 = 1000); 0 for b = 0 (x = 0, as SciPy)
-        res = jnp.where(bnorm > 0, s.t / jnp.maximum(bnorm, TINY), 0.0)
-        return SolveResult(_zero_mean(s.x, nullspace), s.it, res, residual_met(s.t, bnorm, tol))
+        # the best pass's x and its true residual (hunt 79: the fp32 recurrence said 1.6e-7
+        # of an x whose truth was 1.7e-4, from x0 = 1000; review 79: a last pass may end
+        # worse than the one before); 0 for b = 0 (x = 0, as SciPy)
+        x, t = s.best
+        res = jnp.where(bnorm > 0, t / jnp.maximum(bnorm, TINY), 0.0)
+        return SolveResult(_zero_mean(x, nullspace), s.it, res, residual_met(t, bnorm, tol))
 
     return solve_fn
-
-
-# a CG pass from a nonzero x stops at this residual relative to its own b - A x at the
-# lowest: that right-hand side is rounded at eps32 ||A|| ||x||; the next pass starts from
-# the true residual of the x it leaves (as X0_PASS_FLOOR below for bicgstab)
-CG_PASS_FLOOR = 1e-6
-GAIN = 0.9  # another pass only while the true residual fell below GAIN x the last one's
 
 
 def field_operator(apply_fn: ApplyFn, template: Field) -> Operator:
@@ -250,11 +258,12 @@ def bicgstab(apply_fn: ApplyFn, *, tol: float = 1e-6, maxiter: int = 1000):
     x0 + d that far from the solution however well d is solved (hunt 75b, x0 = 1e4 x random
     on 16 x 12: 8.5e-4 after 139 iterations, tol 1e-5, SciPy's fp64 1e-5 in 88); the second
     pass starts from an x near the solution, whose residual fp32 computes well (7.0e-6 in 78
-    iterations). The first pass stops at X0_PASS_FLOOR relative to its right-hand side:
-    below it that right-hand side's own rounding dominates. `converged` is False where fp32
-    cannot meet tol: tol below eps32 ||A|| ||x|| / ||b|| (an fp32 x rounds there, whatever
-    x0), or maxiter spent (an x0 so large that b is lost in b - A x0 needs a whole solve in
-    each pass)."""
+    iterations). The first pass stops at PASS_FLOOR["fp32"] (`wse_hpc.stencil.bicgstab`, the
+    stack's one set with GAIN) relative to its right-hand side: below it that right-hand
+    side's own rounding dominates; the x returned is the better pass's. `converged` is
+    False where fp32 cannot meet tol: tol below eps32 ||A|| ||x|| / ||b|| (an fp32 x rounds
+    there, whatever x0), or maxiter spent (an x0 so large that b is lost in b - A x0 needs a
+    whole solve in each pass)."""
     check_stop(tol, maxiter, least=1, error=FieldError)
     pair = tol < PAIR_BELOW  # and with any x0 (solve_fn)
 
@@ -270,18 +279,20 @@ def bicgstab(apply_fn: ApplyFn, *, tol: float = 1e-6, maxiter: int = 1000):
             x, its, residual = run(b * 0.0, jnp.int32(0), 0.0)
         else:
             x0 = x0.like(jnp.where(bnorm > 0, x0.data, 0.0))  # b = 0: x = 0, as SciPy
-            x, its, _ = run(x0, jnp.int32(0), X0_PASS_FLOOR)
-            x, its, residual = run(x, its, 0.0)
+            # the first pass stops at PASS_FLOOR["fp32"] relative to b - A x0 (below)
+            x1, its, first = run(x0, jnp.int32(0), PASS_FLOOR["fp32"])
+            x, its, residual = run(x1, its, 0.0)
+            # the better pass's x (review 79: a later pass may end worse; `keep_best`)
+            x, residual = keep_best((x1, first), (x, residual), first, residual)
         return SolveResult(x, its, residual, residual <= tol)
 
     return solve_fn
 
 
-# the first pass from an x0 stops at this residual relative to b - A x0: that right-hand
-# side is rounded at eps32 ||A|| ||x0||, and solving it further only moves the rounding
-# (16 x 12, tol 1e-5, x0 = 1e4 / 1e6 x random: floor 0: 151 / 215 iterations in all;
-# 1e-7: 96 / 116; 1e-6: 78 / 105; SciPy's fp64 from x0: 88 / 102)
-X0_PASS_FLOOR = 1e-6
+# Why the first pass from an x0 stops at PASS_FLOOR["fp32"] (1e-6) relative to b - A x0:
+# that right-hand side is rounded at eps32 ||A|| ||x0||, and solving it further only moves
+# the rounding (16 x 12, tol 1e-5, x0 = 1e4 / 1e6 x random: floor 0: 151 / 215 iterations in
+# all; 1e-7: 96 / 116; 1e-6: 78 / 105; SciPy's fp64 from x0: 88 / 102)
 
 
 def _fold(x: Field, d: jax.Array, d_lo: jax.Array) -> Field:
