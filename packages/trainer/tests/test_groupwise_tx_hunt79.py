@@ -7,12 +7,14 @@ and `tx.update` on the whole params tree). A `tx` that couples the groups is ref
 the trainer is made, in one line naming `max_gradient_norm=`; with that argument instead the
 streamed run matches the plain step of `chain(clip_by_global_norm(c), sgd)`. A reduction over
 a stacked leaf (optax.clip_by_block_rms: all layers' RMS in the plain step, each layer's
-streamed) is refused too. Transforms of each element are accepted and match the plain step
-of themselves."""
+streamed) is refused too, and so is LAMB's and LARS's trust ratio (review 79: the probe's
+stand-in weights were zeros, where the ratio is 1, so it took them). Transforms of each
+element are accepted and match the plain step of themselves."""
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import optax
 import pytest
 import wse_models
@@ -54,6 +56,11 @@ COUPLED = {  # adam after the clip is scale-free at one step: the probe takes tw
     "global_adamw_low": optax.chain(optax.clip_by_global_norm(1e-9), optax.adamw(1e-3)),
     # a reduction over a stacked leaf: each layer's RMS streamed, all layers' in optax
     "block_rms_clip": optax.chain(optax.clip_by_block_rms(0.01), optax.sgd(0.5)),
+    # the trust ratio: each leaf's norm, all layers' in optax (review 79: a zero stand-in's
+    # ratio is 1, so the probe took these)
+    "lamb": optax.lamb(1e-2),
+    "lars": optax.lars(1e-2),
+    "lamb_decay": optax.lamb(1e-3, weight_decay=0.1),
 }
 
 
@@ -64,6 +71,28 @@ def test_a_coupling_tx_is_refused_naming_max_gradient_norm(name):
         _trainer(model, COUPLED[name])
     line = str(e.value)
     assert "\n" not in line and "max_gradient_norm=" in line and "clip_by_global_norm" in line
+    assert "lamb" in line
+
+
+@pytest.mark.parametrize("name", ["lamb", "lars"])
+def test_the_trust_ratio_applied_by_group_differs_from_the_whole_tree(name):
+    """Why LAMB and LARS are refused: one update of the whole tree and MemoryX's, group by
+    group, differ on the stacked layers where the layers' norms differ (layer i's weights
+    scaled by i + 1 here): optax's ratio takes all layers' norm, MemoryX's each layer's
+    (review 79: 0.0185 at lr 1e-2). Oracle: optax's update of the whole tree."""
+    from wse_trainer.memoryx import join_groups, split_groups
+
+    model, tx, n = stream_model(), COUPLED[name], stream_model().n_layers
+    params = wse_models.init_params(model, jax.random.key(1))
+    scale = lambda x: x * jnp.arange(1.0, n + 1).reshape((n,) + (1,) * (x.ndim - 1))
+    params = {**params, "layers": jax.tree.map(scale, params["layers"])}
+    grads = jax.tree.map(lambda p: jnp.sin(7 * p + 1), params)
+    whole, _ = tx.update(grads, tx.init(params), params)
+    gp, gg = split_groups(params, n), split_groups(grads, n)
+    apart = join_groups({k: tx.update(gg[k], tx.init(gp[k]), gp[k])[0] for k in gp}, n)
+    rel = lambda a, b: float(jnp.abs(a - b).max() / jnp.abs(a).max())  # LARS: a 1e-3 ratio
+    assert max(jax.tree.leaves(jax.tree.map(rel, whole["layers"], apart["layers"]))) > 0.1
+    assert max_diff(whole["embed"], apart["embed"]) == 0.0  # a whole leaf: the same ratio
 
 
 def test_the_refused_clip_would_have_differed_from_the_plain_step(monkeypatch):
@@ -96,6 +125,14 @@ def test_a_per_element_or_per_leaf_tx_runs_and_matches_the_plain_step(name):
     assert groupwise_problem(tx, params) is None
     # fp32 sums in another order (test_trainer_stream: 1e-5 at lr 1e-3)
     assert max_diff(_streamed(_trainer(model, tx), model), _plain(model, tx)) < 1e-4
+
+
+def test_lion_is_taken_by_the_probe():
+    """Lion is a sign of each element (plus decay): accepted. Its run is not compared with
+    the plain step: a gradient summed in another order flips the sign of elements near 0,
+    2 * lr apart, a property of Lion, not of MemoryX."""
+    params = wse_models.init_params(stream_model(), jax.random.key(1))
+    assert groupwise_problem(optax.lion(1e-3, weight_decay=0.1), params) is None
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ norm; hunt 79: parameters 6e-3 off a plain optax step after 3 steps, unsaid) is 
 MemoryX is made (`groupwise_problem`): two updates of a small stand-in of the params tree
 (two stacked layers) as one tree and group by group must agree; this refuses a reduction
 over a stacked leaf too (`optax.clip_by_block_rms`: each layer's RMS here, all layers'
-in a plain optax step).
+in a plain optax step; LAMB's and LARS's trust ratio, the norm of a stacked leaf).
 
 `weights(name, dtype)` is what SwarmX broadcasts: the group in the compute dtype (bf16
 compute on fp32 masters when the model's dtype says so). The update itself is one jitted
@@ -103,11 +103,11 @@ def groupwise_problem(tx: optax.GradientTransformation, params: Mapping[str, Any
     """The line why `tx` cannot be applied group by group, or None (module doc): its updates
     of a stand-in for the model's `params` (its structure, each leaf's rank, two stacked
     layers, one element a layer) as one tree and as MemoryX applies them, group by group,
-    must agree within 1e-5 relative over `PROBE_STEPS` steps (`_probe_grads`). A transform
-    of each element (adam, sgd, decay, optax.clip) agrees; one that reduces over a leaf
-    (its stacked layers: clip_by_block_rms) or over the tree (clip_by_global_norm) does
-    not. Cached by `tx` and the tree's structure and ranks; a `tx` marked `elementwise` is
-    not probed."""
+    must agree within 1e-5 relative over `PROBE_STEPS` steps (`_groupwise`). A transform
+    of each element (adam, sgd, lion, decay, optax.clip) agrees; one that reduces over a
+    leaf (its stacked layers: clip_by_block_rms, LAMB's and LARS's trust ratio) or over the
+    tree (clip_by_global_norm) does not. Cached by `tx` and the tree's structure and
+    ranks; a `tx` marked `elementwise` is not probed."""
     if _ELEMENTWISE.get(id(tx)) is tx:
         return None
     ranks = jax.tree.map(jnp.ndim, dict(params))
@@ -119,6 +119,9 @@ def groupwise_problem(tx: optax.GradientTransformation, params: Mapping[str, Any
 # before (adam after a clip is scale-free within one step, not across a mix of steps), and
 # one that acts on all of them sees other proportions each step.
 PROBE_STEPS = 9
+# The probe's stand-in weights: `_groupwise`'s ids (leaf i: i + 1, times 1, 2 along its
+# layers) times this.
+STAND_SCALE = 1e-15
 
 
 @functools.lru_cache(maxsize=32)
@@ -132,7 +135,12 @@ def _groupwise(tx: optax.GradientTransformation, treedef: Any, ranks: tuple) -> 
 
     ids = jax.tree_util.tree_map_with_path(ids, ranked)
     n = 2 * len(ranks) + 3
-    stand = jax.tree.map(jnp.zeros_like, ids)  # no decay to drown a tiny step's difference
+    # Nonzero weights: LAMB's and LARS's trust ratio is 1 on a zero leaf, so with zeros their
+    # norm over the stacked layers never showed (review 79). Tiny, so that a decay, acting
+    # alike on both sides, cannot drown a difference: wd * p <= wd * 2n * 1e-15 hides (below
+    # 1e-5 relative) only a clip's difference under 1e-5 of that, 2e-20 * n * wd, far below
+    # the probe's tiniest gradient (1e-12; an Adam update after a clip is near 1).
+    stand = jax.tree.map(lambda i: STAND_SCALE * i, ids)
     update = tx.update  # unjitted: a compile a group shape costs more than the tiny steps
     whole_state, parts = tx.init(stand), split_groups(stand, 2)
     states = {k: tx.init(v) for k, v in parts.items()}
@@ -152,8 +160,9 @@ def _groupwise(tx: optax.GradientTransformation, treedef: Any, ranks: tuple) -> 
     return (
         "tx couples the weights it updates (its update of the whole model differs from "
         f"MemoryX's, one layer at a time, by {worst:.2g} relative), e.g. "
-        "optax.clip_by_global_norm or clip_by_block_rms: leave the clip out of tx and give "
-        "max_gradient_norm= (MemoryX clips by the global norm)"
+        "optax.clip_by_global_norm, clip_by_block_rms or the trust ratio of optax.lamb or "
+        "lars: leave such a clip out of tx and give max_gradient_norm= (MemoryX clips by the "
+        "global norm)"
     )
 
 
