@@ -84,12 +84,12 @@ the node's last rank sends past it), which paces the pipeline.
 
 Sends between stages (`stage_hop_s`; hunt 77: 1,024 GPUs in dp 16 x tp 8 x pp 8 were priced
 as the 128 of pp 1): each micro-batch's activations go forward to the next stage and their
-gradients back, seq_len x d_model bf16 values each way, split over the tensor-parallel ranks
-(Megatron's scatter-gather p2p, or sequence parallelism's shards: each of the tp GPUs sends
-1/tp on its own link; hunt 78: the whole tensor was priced on one link), a hop each at the
-serving model's price per GPU (bytes over one GPU's link + its latency): InfiniBand (a NIC a
-GPU) where the job spans nodes, NVLink on one node; the receiver's all-gather over NVLink
-is not priced (none under sequence parallelism).
+gradients back, micro_batch x seq_len x d_model bf16 values each way, split over the
+tensor-parallel ranks (Megatron's scatter-gather p2p, or sequence parallelism's shards: each
+of the tp GPUs sends 1/tp on its own link; hunt 78: the whole tensor was priced on one
+link), a hop each at the serving model's price per GPU (bytes over one GPU's link + its
+latency): InfiniBand (a NIC a GPU) where the job spans nodes, NVLink on one node; the
+receiver's all-gather over NVLink is not priced (none under sequence parallelism).
 """
 
 from __future__ import annotations
@@ -123,13 +123,16 @@ __all__ = ["BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY", "WEIGHT_BYTES", "ACT_WORKIN
 
 BYTES_PER_PARAM_TRAIN = 18  # bf16 weight 2 + fp32 main grad 4 + fp32 master, Adam m, v 12
 GRAD_BYTES = 4  # fp32 main gradients: the dp ring's and the tied all-reduce's bytes a value
-# The Megatron-LM configuration priced (module docstring), with its sources
+# The Megatron-LM configuration priced (module docstring), with its sources; its byte
+# counts read the constants (review 79: a note said 16 where 18 was priced)
 TRAIN_CONFIG = (
     "Megatron-LM --bf16 defaults: fp32 main gradients accumulated and all-reduced "
     "(accumulate_allreduce_grads_in_fp32, unless --grad-reduce-in-bf16), no "
-    "--use-distributed-optimizer: 18 bytes a parameter (megatron/training/arguments.py; "
-    "Megatron Core's distrib_optimizer doc, bf16 parameters with fp32 gradients: 18, "
-    "6 + 12/dp distributed; theoretical_memory_usage.py)"
+    f"--use-distributed-optimizer: {BYTES_PER_PARAM_TRAIN} bytes a parameter "
+    "(megatron/training/arguments.py; Megatron Core's distrib_optimizer doc, bf16 parameters "
+    f"with fp32 gradients: {BYTES_PER_PARAM_TRAIN}, "
+    f"{BYTES_PER_PARAM_TRAIN - 3 * GRAD_BYTES} + {3 * GRAD_BYTES}/dp distributed; "
+    "theoretical_memory_usage.py)"
 )
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
 WEIGHT_BYTES = 2  # bf16 weights, gradients and activations
@@ -298,7 +301,8 @@ def train_counts(model: DecoderShape, gpu: GpuSpec, *, seq_len: int, batch: int)
     of the splits that fit (`_splits`) and the dp that divide `batch`, enumerated directly
     (at most the divisors of the batch x a node's tp x the layers' divisors; the batch's
     found in O(sqrt batch): hunt 78's review, every integer up to a batch of 2e10 was tried),
-    where micro-batches of one sequence (the least memory) fit."""
+    where micro-batches of one sequence fit: the least memory, so a count is listed where
+    some micro-batch size fits (`layouts` then runs the fastest size that fits, not 1)."""
     dps = divisors(batch)
     node, usable = gpu.gpus_per_node, USABLE_MEMORY * gpu.memory_bytes
     return sorted({dp * tp * pp for tp, pp in _splits(model, gpu, seq_len) for dp in dps

@@ -75,14 +75,26 @@ UNPRICED = ("not priced: checkpoint saves (MemoryX's masters and optimizer state
             "no sourced write rate) and evaluations (a params file's eval passes; `wse train` "
             "prices one); --tokens is priced as training steps only")  # fmt: skip
 
-# The GPU precision that runs the wafer's arithmetic (`GPU_PRECISION`) -> its peak's source
-_PEAK_SOURCE = {
-    "fp32": 'fp32 on the CUDA cores (NVIDIA datasheet "FP32"; wse_models multiplies fp32 '
-    "at Precision.HIGHEST, so not on TF32 tensor cores, which round the operands); the "
-    "memory and gradient all-reduce as bf16's (16 bytes/param holds in fp32 too: 4 + 4 + "
-    "8; fp32's 2x activation and all-reduce bytes are not priced)",
-    "bf16": "dense bf16 tensor cores (NVIDIA datasheet), fp32 masters",
-}
+# fp32 training's state a parameter: fp32 weight, gradient, Adam m and v (no separate master)
+_FP32_STATE_BYTES = 4 * gpum.GRAD_BYTES
+
+
+def _peak_source(gpu_precision: str) -> str:
+    """Where the GPU precision that runs the wafer's arithmetic (`GPU_PRECISION`) takes its
+    peak, and (fp32) what of its memory and all-reduce is priced: every byte count read
+    from `gpu_layout`'s constants (review 79: "16 bytes/param" stood beside a priced 18)."""
+    if gpu_precision == "bf16":
+        return "dense bf16 tensor cores (NVIDIA datasheet), fp32 masters"
+    bpp = gpum.BYTES_PER_PARAM_TRAIN
+    return (
+        'fp32 on the CUDA cores (NVIDIA datasheet "FP32"; wse_models multiplies fp32 at '
+        "Precision.HIGHEST, so not on TF32 tensor cores, which round the operands); memory "
+        f"and gradient all-reduce as bf16's: {bpp} bytes a parameter priced where fp32 "
+        f"training needs {_FP32_STATE_BYTES} (weight, gradient, Adam m and v, "
+        f"{gpum.GRAD_BYTES} each), so {bpp - _FP32_STATE_BYTES} more than it holds; gradients "
+        f"all-reduced at {gpum.GRAD_BYTES} bytes a value, fp32's own; fp32's activations and "
+        f"stage sends priced at bf16's {gpum.WEIGHT_BYTES} bytes a value, half theirs"
+    )
 
 
 def _numerics(cfg: Any, precision: str, gpu_precision: str) -> str:
@@ -223,8 +235,9 @@ def plan_train(
         *choice.file_notes(spec.name),
         _numerics(cfg, precision, g_precision),
         f"GPU training at MFU {mfu:g} ({'--mfu' if asked else 'gpu.train_mfu'}) of "
-        f"{g_run.peak_flops / 1e12:g} TFLOP/s {g_precision}: {_PEAK_SOURCE[g_precision]}; "
-        "PaLM flop accounting 6N + 12LHQT; 16 bytes/param + activations with full recompute",
+        f"{g_run.peak_flops / 1e12:g} TFLOP/s {g_precision}: {_peak_source(g_precision)}; "
+        f"PaLM flop accounting 6N + 12LHQT; {gpum.BYTES_PER_PARAM_TRAIN} bytes a parameter "
+        "+ activations with full recompute",
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
         "by mechanism on the wafer, weights streamed in and gradients out, overlapped); "
         "same global batch and sequence on both systems",
