@@ -45,7 +45,7 @@ from wse_trainer.splits import data_dir_problem, default_splits
 __all__ = ["ConfigError", "InputConfig", "OPTIMIZER_NAMES", "OptimizerConfig", "READ_BY",
            "SCHEDULE_NAMES", "RunConfig", "TrainConfig", "SECTIONS", "load_config",
            "config_from_dict", "apply_overrides", "checked_value", "shipped_config",
-           "SHIPPED", "MODELZOO_KEYS"]  # fmt: skip
+           "SHIPPED", "MODELZOO_KEYS", "unknown_model_key"]  # fmt: skip
 
 
 class ConfigError(WseError):
@@ -255,7 +255,7 @@ class _Said:
 
 def _unknown(said: _Said, where: str, why: str, valid: str) -> None:
     """An unknown key `where`; `why`: its note or suggestion; `valid`: its section's keys."""
-    said.add(f"unknown key {where}{why}; valid keys: {valid}", f"unknown key {where}{why}")
+    said.add(_unknown_line(where, why, valid), f"unknown key {where}{why}")
     if why.startswith(" (") and "did you mean" not in why:  # a note: keys sharing it, listed once
         said.unknown.setdefault(why, []).append(f"unknown key {where}{why}")
 
@@ -314,18 +314,39 @@ def _value(name: str, key: str, value: Any, written: Mapping[str, Written]) -> A
     return out
 
 
+def _unknown_line(where: str, why: str, valid: str) -> str:
+    return f"unknown key {where}{why}; valid keys: {valid}"
+
+
+def _model_fields() -> set[str]:
+    """The model section's keys besides preset: `wse_models.ModelConfig`'s fields but name."""
+    import wse_models
+
+    return {f.name for f in dataclasses.fields(wse_models.ModelConfig)} - {"name"}
+
+
+def _unknown_model_key(key: Any) -> tuple[str, str, str]:
+    """(where, why, valid) of the model section's unknown `key` (`_unknown`'s arguments)."""
+    fields = _model_fields()
+    where = f"model.{shown(key, quote=False)}"
+    return where, hint("model", key, fields), f"preset, {', '.join(sorted(fields))}"
+
+
+def unknown_model_key(key: Any) -> str:
+    """The line that refuses the model section's unknown `key`: the one text of the file's
+    read (`_model_keys`) and of `session.model_config` (review 79: written twice)."""
+    return _unknown_line(*_unknown_model_key(key))
+
+
 def _model_keys(data: Mapping[str, Any], said: _Said) -> None:
     """Add to `said` the model section's unknown keys and ModelZoo keys the arch refuses, as
     `session.model_config` refuses them, so that a file's are said with its others' (hunt 79)."""
     import wse_models
 
-    fields = {f.name for f in dataclasses.fields(wse_models.ModelConfig)} - {"name"}
+    fields = _model_fields()
     for key in data:
         if key != "preset" and key not in fields | modelzoo_keys.MODEL_VALUES:
-            where = f"model.{shown(key, quote=False)}"
-            _unknown(
-                said, where, hint("model", key, fields), f"preset, {', '.join(sorted(fields))}"
-            )
+            _unknown(said, *_unknown_model_key(key))
     if not modelzoo_keys.MODEL_VALUES & data.keys():
         return
     try:

@@ -33,13 +33,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wse_core.errors import quoted_number, shown
+from wse_core.errors import quoted_number
 from wse_core.host.distributed import barrier, is_primary
 from wse_core.hw.spec import WaferSpec
 
-from wse_trainer.config import ConfigError, TrainConfig, number_text
+from wse_trainer.config import ConfigError, TrainConfig, number_text, unknown_model_key
 from wse_trainer.config_check import check_config
-from wse_trainer.modelzoo_keys import hint, model_values
+from wse_trainer.modelzoo_keys import model_values
 
 __all__ = ["model_config", "validate", "predict", "stream_rows", "Session", "check_inputs",
            "fitting_tokenizer", "evaluate"]  # fmt: skip
@@ -60,10 +60,7 @@ def model_config(config: TrainConfig):
     types.pop("name")
     for key, value in fields.items():
         if key not in types:
-            raise ConfigError(
-                f"unknown key model.{shown(key, quote=False)}{hint('model', key, types)}; "
-                f"valid keys: preset, {', '.join(sorted(types))}"
-            )
+            raise ConfigError(unknown_model_key(key))
         number = "int" in types[key] or "float" in types[key]
         if number and isinstance(value, str) and number_text(value):  # hunt 56: as spec files
             raise ConfigError(quoted_number(f"model.{key}", key, value))

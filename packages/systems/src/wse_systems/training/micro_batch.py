@@ -108,7 +108,7 @@ def plan_step(
     placement and precision, the plan each micro-batch's; `sparsity`) but
     `optimizer_slots` (`plan.slots_of`: the optimizer's MemoryX state; 2, Adam's), which
     goes to each micro-batch's plan."""
-    from wse_systems.training.performance import StepLayout, predict_step
+    from wse_systems.training.performance import StepLayout, predict_step, step_tokens_per_s
     from wse_systems.training.stride import run_plan
 
     reports: dict[int, RunReport] = {}
@@ -129,7 +129,7 @@ def plan_step(
         s = step_seconds(model, spec, num_csx=num_csx, batch_per_system=batch_per_system,
                          seq_len=seq_len, micro_batch=m, layout=layout._replace(plan=plan),
                          **kw)  # fmt: skip
-        return num_csx * batch_per_system * seq_len / s
+        return step_tokens_per_s(num_csx, batch_per_system, seq_len, s)
 
     m = resolve_micro_batch(
         micro_batch, model, spec, batch_per_system=batch_per_system, seq_len=seq_len,

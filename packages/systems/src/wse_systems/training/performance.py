@@ -105,6 +105,7 @@ __all__ = [
     "layer_phases",
     "step_phases",
     "predict_step",
+    "step_tokens_per_s",
     "check_step_shape",
     "step_bound",
     "no_stall_batch",
@@ -293,7 +294,7 @@ def predict_step(
     def figures(step: Timing) -> dict[str, Any]:
         step_s = step.seconds
         return {
-            "tokens_per_s": num_csx * batch_per_system * seq_len / step_s,
+            "tokens_per_s": step_tokens_per_s(num_csx, batch_per_system, seq_len, step_s),
             "compute_s": compute_s,
             "stall_fraction": 1.0 - compute_s / step_s if step_s else 0.0,
             "step_bound": step_bound(step),
@@ -322,6 +323,13 @@ def predict_step(
         extra=figures,
         reads=got,
     )
+
+
+def step_tokens_per_s(num_csx: int, batch_per_system: int, seq_len: int, step_s: float) -> float:
+    """A step's tokens/s over all systems: `predict_step`'s tokens_per_s and the speed
+    `micro_batch.plan_step` compares, one formula (review 79: written twice, which
+    `step_parts` keeps the same float)."""
+    return num_csx * batch_per_system * seq_len / step_s
 
 
 def check_step_shape(
