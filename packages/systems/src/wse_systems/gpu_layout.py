@@ -315,10 +315,17 @@ def no_layout_error(
     model: DecoderShape, gpu: GpuSpec, num_gpus: int, *, seq_len: int, batch: int
 ) -> GpuMemoryError:  # fmt: skip
     """Why no layout of `num_gpus` runs: too few GPUs to hold the model (naming the fewest
-    that do), or no data x tensor x pipeline split of that many (a `GpuLayoutError` naming
-    the nearest counts that have one, below and above: `train_counts`)."""
+    with a layout: below them, a split of `num_gpus` exists and overflows, or their memory
+    all together holds less than the parameters' states), or no data x tensor x pipeline
+    split of that many (a `GpuLayoutError` naming the nearest counts that have one, below
+    and above: `train_counts`). Review 79: below the fewest with a layout, memory was
+    blamed where no split of the count exists at all (Llama 3 70B, batch 16, on 18 H100s:
+    their 1,392 GB usable hold its 1,270 GB of states, but 3 divides 18 and none of the 64
+    heads, the 80 layers or the batch)."""
     need = min_train_gpus(model, gpu, seq_len=seq_len, batch=batch)
-    if num_gpus < need:
+    split = _any_split(model, gpu, num_gpus, batch)
+    states = BYTES_PER_PARAM_TRAIN * num_params(model)
+    if num_gpus < need and (split or num_gpus * USABLE_MEMORY * gpu.memory_bytes < states):
         return GpuMemoryError(
             f"{num_gpus} x {gpu.name} cannot train this model "
             f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes (fp32 "
@@ -330,13 +337,27 @@ def no_layout_error(
     i = bisect.bisect_left(counts, num_gpus)
     near = [counts[j] for j in (i - 1, i + (i < len(counts) and counts[i] == num_gpus))
             if 0 <= j < len(counts)]  # fmt: skip
+    what = "no layout" if split else f"no data x tensor x pipeline split of {num_gpus} GPUs"
     return GpuLayoutError(
-        f"{num_gpus} x {gpu.name}: no layout runs the global batch of {batch} sequences: "
+        f"{num_gpus} x {gpu.name}: {what} runs the global batch of {batch} sequences: "
         f"Megatron-LM needs data-parallel ranks that divide it (tensor parallel up to "
         f"{gpu.gpus_per_node} in a node dividing the {model.n_heads} heads and "
         f"{model.n_kv_heads} KV heads, pipeline parallel dividing the {model.n_layers} "
         f"layers, the rest data parallel, within memory); use "
         f"{' or '.join(map(str, near)) or 'another count of'} GPUs"
+    )
+
+
+def _any_split(model: DecoderShape, gpu: GpuSpec, num_gpus: int, batch: int) -> bool:
+    """Whether `num_gpus` has a data x tensor x pipeline split Megatron-LM accepts, memory
+    aside: tp up to a node dividing the heads and KV heads (each group in a node), pp
+    dividing the layers, dp = num_gpus / (tp pp) dividing `batch` (O(node x layers))."""
+    node = gpu.gpus_per_node
+    return any(
+        num_gpus % (tp * pp) == 0 and batch % (num_gpus // (tp * pp)) == 0
+        for tp in range(1, node + 1)
+        if model.n_heads % tp == 0 == model.n_kv_heads % tp and _tp_in_node(tp, num_gpus, node)
+        for pp in divisors(model.n_layers)
     )
 
 
