@@ -134,6 +134,9 @@ def test_request_id_is_the_response_ids_base_and_the_header_wins(stream):
         assert _ids(r) == {"cmpl-hdr-8"} and r.headers["x-request-id"] == "hdr-8"
         (fresh,) = _ids(post(comp, PROMPT))
         assert fresh.startswith("cmpl-") and len(fresh) == 5 + 32  # a uuid's hex
+        # review 79: an empty request_id is none (vLLM's `default or random_uuid()`), not "cmpl-"
+        (fresh,) = _ids(post(comp, {**PROMPT, "request_id": ""}))
+        assert fresh.startswith("cmpl-") and len(fresh) == 5 + 32
         r = httpx.post(s.http_url + comp, json={**PROMPT, "n": 0}, headers={"X-Request-Id": "e"})
         assert r.status_code == 400 and r.headers["x-request-id"] == "e"  # errors too
 
@@ -185,8 +188,17 @@ def test_differing_content_types_are_a_400(server, types):
     assert "Content-Type is given 2 times with different values" in r.json()["error"]["message"]
 
 
-def test_the_same_content_type_repeated_is_that_one(server):
-    headers = [("Content-Type", "application/json")] * 2
+@pytest.mark.parametrize(
+    "types",
+    [
+        ["application/json"] * 2,
+        ["application/json", "Application/JSON"],  # review 79: case was a difference
+        ["application/json", "application/json; charset=utf-8"],  # UTF-8 is JSON's own
+        ["application/json; charset=UTF8", "application/json"],
+    ],
+)
+def test_the_same_content_type_repeated_is_that_one(server, types):
+    headers = [("Content-Type", t) for t in types]
     r = httpx.post(server.http_url + "/v1/completions", content=json.dumps(PROMPT),
                    headers=headers, timeout=10)  # fmt: skip
     assert r.status_code == 200, r.text

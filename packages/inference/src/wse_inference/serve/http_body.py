@@ -179,14 +179,28 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
+def _meaning(field: str) -> tuple[str, str]:
+    """A Content-Type's media type and charset, as compared: lower case, UTF-8 where none is
+    named (JSON's, RFC 8259), "utf8" as "utf-8"."""
+    media, *params = (part.strip().lower() for part in field.split(";"))
+    charset = "utf-8"
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip() == "charset":
+            charset = value.strip().strip('"').replace("utf8", "utf-8")
+    return media, charset
+
+
 def _check_content_type(fields: list[str]) -> None:
     """A body declared as anything but JSON (text/plain, a form: curl -d without -H) is refused,
     as vLLM refuses it; no Content-Type at all is read as JSON. Content-Type is a singleton
     field (RFC 9110 5.3): several differing ones are refused (hunt 79: only the first was
-    read, so JSON then text/plain passed); the same one repeated is that one."""
+    read, so JSON then text/plain passed); the same one repeated is that one, spelled in any
+    case, with or without UTF-8 named (`_meaning`)."""
     if not fields:
         return
-    if len(distinct := sorted({f.strip() for f in fields})) > 1:
+    if len({_meaning(f) for f in fields}) > 1:
+        distinct = sorted({f.strip() for f in fields})
         said = ", ".join(repr(f[:40]) for f in distinct[:3])
         raise InvalidRequestError(
             f"Content-Type is given {len(fields)} times with different values ({said}"

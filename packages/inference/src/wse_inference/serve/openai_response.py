@@ -61,10 +61,8 @@ class Choice:
 def new_request_id(kind: str, base: str | None = None) -> str:
     """The response id: vLLM's `chatcmpl-<base>` / `cmpl-<base>`, where `base` is the client's
     (its X-Request-Id header, else the body's request_id: vLLM's `_base_request_id`) or, when
-    it sent none, a fresh uuid."""
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + (
-        uuid.uuid4().hex if base is None else base
-    )
+    it sent none or an empty one, a fresh uuid (vLLM's `default or random_uuid()`)."""
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + (base or uuid.uuid4().hex)
 
 
 # vLLM's error `type` for a status: the `openai` client's exception class for it, which vLLM's

@@ -62,7 +62,7 @@ def step_seconds(
         return _parts(model, spec, job, accumulate=False)[1]
     key = (frozen(model), frozen(spec), num_csx, micro, seq_len, frozen(job[3]), job[4])
     early, last = _PARTS.get(key, lambda: _parts(model, spec, job, accumulate=True))
-    return sum((early * (k - 1), last)) * 1  # the report's serial sum, its repeat 1
+    return sum((early * (k - 1), last))  # the report's serial sum
 
 
 def _parts(model: Any, spec: WaferSpec, job: tuple, *, accumulate: bool) -> tuple[float, float]:
