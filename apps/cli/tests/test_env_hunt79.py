@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from wse_cli.testing import WSE, clean_env
+from wse_cli.testing import WSE, clean_env, one_line_of
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -21,11 +21,7 @@ def _wse(**env: str) -> subprocess.CompletedProcess:
                           timeout=240, check=False)  # fmt: skip
 
 
-def _one_line(done: subprocess.CompletedProcess) -> str:
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
-    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
-    return lines[0].removeprefix("Error: ")
+_one_line = one_line_of  # exit 2, one line, its text
 
 
 def test_the_command_runs_without_the_variables():

@@ -270,6 +270,15 @@ def refused_in_one_line(
     return lines[0]
 
 
+def one_line_of(done: Any) -> str:
+    """The one line, less its "Error: ", of a `wse` subprocess (a CompletedProcess run with
+    text=True) that must exit 2 with nothing else on stderr (the env tests' check)."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("Error: "), lines
+    return lines[0].removeprefix("Error: ")
+
+
 def unprivileged() -> list[str] | None:
     """The prefix that runs a command without root's power over mode bits: [] for a user
     other than root, `setpriv` dropping CAP_DAC_OVERRIDE for root, None where none is at
