@@ -275,15 +275,13 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
         prompt, _ = serve.pipelines(u, prompt=True)
         k = p.layout["prompt_block_tokens"]
         blocks = math.ceil(16 / k)
-        # the prompt's head, argmax and token out once, in its last block (hunt 79)
-        once = prompt.logits_s()
-        own = {n: blocks * prompt.prompt_occupancy_s(k)[n] + once.get(n, 0.0) for n in held}
+        own = {n: blocks * prompt.occupancy_s(k)[n] for n in held}
         work = {n: AFTER * held[n] + own[n] for n in held}
-        passing = prompt.prompt_blocks_s(16, k)
+        passing = prompt.blocks_s(16, k)
         tau = max(latency, u * max(held.values()))  # a token in free flow
         window = AFTER * tau + min(u - 1, AFTER) * max(0.0, passing - tau)
         if u - 1 > AFTER and passing > tau:  # hunt 73: the prompts past those items catch one
-            big, cap = max(own.values()), u * max(work.values())
+            big, cap = max(prompt.occupancy_s(k).values()) * blocks, u * max(work.values())
             base = window
             window = brentq(  # w = base + C Bp, C the others' prompts in w (one a period)
                 lambda w, u=u, base=base, passing=passing, cap=cap, big=big: (

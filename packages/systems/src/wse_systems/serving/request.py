@@ -109,11 +109,11 @@ def request_work(
     rounds = decode_steps(workload, speculation.tokens_per_round if speculation else 1.0)
     p, k = workload.prompt_tokens, min(block, workload.prompt_tokens)
     blocks = math.ceil(p / k)
-    prompt = _prompt_held(pipes.target_prompt, blocks, k)
-    prompt_s = pipes.target_prompt.prompt_blocks_s(p, k)
+    prompt = {n: blocks * s for n, s in pipes.target_prompt.occupancy_s(k).items()}
+    prompt_s = pipes.target_prompt.blocks_s(p, k)
     if pipes.draft_prompt is not None:  # the draft reads the prompt on its own rows
-        prompt |= {f"draft {n}": s for n, s in _prompt_held(pipes.draft_prompt, blocks, k).items()}
-        prompt_s = max(prompt_s, pipes.draft_prompt.prompt_blocks_s(p, k))
+        prompt |= {f"draft {n}": blocks * s for n, s in pipes.draft_prompt.occupancy_s(k).items()}
+        prompt_s = max(prompt_s, pipes.draft_prompt.blocks_s(p, k))
     held = pipes.unit_held_s
     total = {n: rounds * held.get(n, 0.0) + prompt.get(n, 0.0) for n in dict(held) | prompt}
     items: dict[str, Any] = {}
@@ -124,19 +124,11 @@ def request_work(
         # at least as much
         verify_s = pipes.target.pass_s(speculation.gamma + 1)[0]
         tail_s = max(held.get(n, 0.0) for n in pipes.target_prompt.occupancy_s(k))
-        lag_s = prompt_s - pipes.draft_prompt.prompt_blocks_s(p, k) if pipes.draft_prompt else 0.0
+        lag_s = prompt_s - pipes.draft_prompt.blocks_s(p, k) if pipes.draft_prompt else 0.0
         credit_s = max(0.0, min(verify_s - tail_s, lag_s))
         items = dict(entries=speculation.gamma + 1, entry_s=credit_s)
     return RequestWork(block=k, held_s=total, prompt_held_s=prompt, prompt_s=prompt_s,
                        decode_s=rounds * pipes.unit_s, units=rounds, **items)  # fmt: skip
-
-
-def _prompt_held(pipe: Any, blocks: int, k: int) -> dict[str, float]:
-    """Seconds a prompt of `blocks` blocks of `k` holds each element of `pipe`: each block's
-    hold, and its logits once (`wse_systems.serving.blocks.Pipeline.logits_s`; hunt 79: the
-    head was held for every prompt token)."""
-    once = pipe.logits_s()
-    return {n: blocks * s + once.get(n, 0.0) for n, s in pipe.prompt_occupancy_s(k).items()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
