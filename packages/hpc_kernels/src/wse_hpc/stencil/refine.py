@@ -62,6 +62,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from wse_hpc.stencil.bicgstab import (
+    GAIN,
     TARGET_MAGNITUDE,
     Krylov,
     Operator,
@@ -94,7 +95,7 @@ __all__ = [
 DELTA = {"mixed": 0.1, "fp32": float(jnp.finfo(jnp.float32).eps) ** 0.5}
 UPDATE_EVERY = {"mixed": 10, "fp32": 0}  # and at least every this many iterations (0: never)
 FLAT = 3  # this many updates in a row without a gain end the solve (stalled)
-GAIN = 0.9  # a gain: the true residual below this x the best so far
+# a gain: the true residual below GAIN x the best so far (bicgstab's passes' one GAIN)
 # A group is dropped above this x the best true residual (or above the start's). BiCGSTAB's
 # residual is not monotone: the checks of converging solves rose by at most 1.41x over their
 # best (mixed 192 x 192 x 4; 96^3 to 1e-6: 1.40x; 128^3 to 1e-3 and 1e-4: 1.39x), so 2 keeps
