@@ -43,7 +43,14 @@ def server():
         (CHAT, "top_logprobs", -1, "0..20"),
         (CHAT, "top_logprobs", 99, "0..20"),
         (C, "suffix", "tail", "not supported"),
-        (C, "min_tokens", 2, "not supported"),
+        # vLLM's min_tokens is taken since session 80; a value past max_tokens in vLLM's words
+        (C, "min_tokens", 4, "min_tokens must be less than or equal to max_tokens=3, got 4."),
+        (C, "min_tokens", -1, "min_tokens must be greater than or equal to 0, got -1."),
+        (CHAT, "min_tokens", "2", "min_tokens must be an integer"),
+        (CHAT, "include_stop_str_in_output", "true", "true or false"),
+        (C, "vllm_xargs", {"k": 1}, "custom logits processors"),
+        (C, "vllm_xargs", [1], "an object"),
+        (CHAT, "kv_transfer_params", "x", "kv_transfer_params must be an object"),
         (CHAT, "tools", [{"type": "function", "function": {"name": "f"}}], "not supported"),
         (CHAT, "response_format", {"type": "json_object"}, "not supported"),
         (CHAT, "response_format", "json", "not supported"),
@@ -124,7 +131,10 @@ def test_a_bad_field_is_a_400_naming_it(server, route, field, value, words):
      ("temperature", 0), ("top_p", 1), ("presence_penalty", -2), ("max_completion_tokens", 3),
      ("min_p", 0), ("length_penalty", 1), ("tool_choice", "none"), ("logit_bias", {}),
      ("best_of", 1), ("user", "u" * 256), ("skip_special_tokens", True), ("top_k", -1),
-     ("parallel_tool_calls", False), ("metadata", {"a": "b"}), ("unknown_field", 1)],
+     ("parallel_tool_calls", False), ("metadata", {"a": "b"}), ("unknown_field", 1),
+     ("min_tokens", 0), ("min_tokens", 3), ("include_stop_str_in_output", False),
+     ("vllm_xargs", {}), ("vllm_xargs", None), ("kv_transfer_params", {"do_remote_decode": True}),
+     ("kv_transfer_params", None)],
 )  # fmt: skip
 def test_null_and_neutral_values_are_still_accepted(server, field, value):
     body = {**BASE[C], field: value}

@@ -34,7 +34,8 @@ the same way (None for the first, which nothing predicts), as vLLM's prompt_logp
 `SequenceTracker` is the host-side finish logic every engine shares: the first token counts
 toward max_tokens; a stop token id (reported) or a stop string in the final decoded text
 (the server's `TextStream`: never in the U+FFFD of a character still arriving) ends with
-"stop"; max_tokens ends with "length".
+"stop", neither before `min_tokens` tokens (vLLM's `check_stop`; the decoders hold those ids
+back until then, `sampling.penalize`); max_tokens ends with "length".
 
 `ByteTokenizer` is the one byte-level tokenizer (token id = UTF-8 byte, vocab 256): the mock's,
 and a model directory's without a tokenizer.json. Ids outside [0, 256) are not bytes and
@@ -71,6 +72,7 @@ __all__ = [
     "ByteTokenizer",
     "SequenceTracker",
     "stop_index",
+    "check_min_tokens",
 ]
 
 MAX_LOGPROBS = 20  # the most alternatives a request may ask for (vLLM's --max-logprobs)
@@ -96,14 +98,25 @@ class SamplingParams:
     presence_penalty: float = 0.0  # minus this for every token generated at least once
     frequency_penalty: float = 0.0  # minus this times the times a token was generated
     repetition_penalty: float = 1.0  # logits of prompt or generated tokens: / it if > 0, else x
+    # vLLM's min_tokens: until this many tokens are made, the stop token ids and the model's
+    # EOS ids are held back (logit -inf, `sampling.penalize`) and no stop string ends in their
+    # text (`TextStream`); at most max_tokens
+    min_tokens: int = 0
+    # vLLM's include_stop_str_in_output: a matched stop string (and the text of a stop token
+    # id or EOS that ended the sequence) stays at the end of the text
+    include_stop_str_in_output: bool = False
+    # the model's end-of-sequence ids, recorded by the engine (`sampling.with_eos`) for a
+    # request with min_tokens: held back with the stop token ids even under ignore_eos (vLLM's
+    # all_stop_token_ids); never a request's own setting
+    eos_token_ids: tuple[int, ...] = ()
 
     @property
     def penalized(self) -> bool:
-        return (self.presence_penalty, self.frequency_penalty, self.repetition_penalty) != (
-            0.0,
-            0.0,
-            1.0,
-        )
+        """Whether the logits are processed before sampling (`sampling.penalize`): a penalty
+        that is not neutral, or min_tokens."""
+        neutral = (0.0, 0.0, 1.0)
+        penalties = (self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
+        return penalties != neutral or self.min_tokens > 0
 
 
 class SamplingError(WseError):
@@ -166,9 +179,24 @@ def validate_sampling(
         raise SamplingError(
             f"stop token id {shown_int(bad[0])} is outside the vocabulary 0..{vocab_size - 1}"
         )
+    check_min_tokens(sampling.min_tokens, sampling.max_tokens, SamplingError)
 
 
-_WHOLE = ("max_tokens", "top_k")  # integers always; seed, logprobs, prompt_logprobs or None
+def check_min_tokens(min_tokens: int, max_tokens: int, error: type[Exception]) -> None:
+    """Raise `error` with vLLM's words (`SamplingParams._verify_args`) unless 0 <= min_tokens
+    <= max_tokens; a max_tokens of 0 or less (not yet known: the server's, before the prompt
+    is read) bounds nothing."""
+    if min_tokens < 0:
+        raise error(f"min_tokens must be greater than or equal to 0, got {shown_int(min_tokens)}.")
+    if max_tokens > 0 and min_tokens > max_tokens:
+        raise error(
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got "
+            f"{shown_int(min_tokens)}."
+        )
+
+
+# integers always; seed, logprobs, prompt_logprobs or None
+_WHOLE = ("max_tokens", "top_k", "min_tokens")
 _REAL = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 
 
@@ -183,8 +211,9 @@ def _check_types(sampling: SamplingParams) -> None:
         v = getattr(sampling, name)
         if not isinstance(v, numbers.Real) or isinstance(v, bool):
             raise SamplingError(f"{name} must be a number, got {_given(v)}")
-    if not isinstance(sampling.ignore_eos, bool):  # hunt 67: "no" was truthy (EOS ignored)
-        raise SamplingError(f"ignore_eos must be true or false, got {_given(sampling.ignore_eos)}")
+    for name in ("ignore_eos", "include_stop_str_in_output"):  # hunt 67: "no" was truthy
+        if not isinstance(v := getattr(sampling, name), bool):
+            raise SamplingError(f"{name} must be true or false, got {_given(v)}")
     stop, ids = sampling.stop, sampling.stop_token_ids
     if not isinstance(stop, tuple | list) or not all(isinstance(s, str) for s in stop):
         raise SamplingError(f"stop must be a tuple of strings, got {_given(stop)}")
@@ -357,7 +386,7 @@ class SequenceTracker:
             return self.finish_reason
         self.tokens.append(int(token))
         s = self.sampling
-        if int(token) in s.stop_token_ids:
+        if int(token) in s.stop_token_ids and len(self.tokens) >= s.min_tokens:  # vLLM's
             self.finish_reason = "stop"
         elif s.stop and self.tokenizer is not None and self._caught_up().stopped:
             self.finish_reason = "stop"
@@ -390,8 +419,14 @@ class SequenceTracker:
         met a stop string."""
         if self._stream is None:
             s = self.sampling
-            stops = {"stop": s.stop, "stop_token_ids": s.stop_token_ids}
-            self._stream = TextStream(self.tokenizer, **stops, prompt_ids=self.prompt_ids)
+            self._stream = TextStream(
+                self.tokenizer,
+                stop=s.stop,
+                stop_token_ids=s.stop_token_ids,
+                prompt_ids=self.prompt_ids,
+                min_tokens=s.min_tokens,
+                include_stop=s.include_stop_str_in_output,
+            )
         if self._pushed < len(self.tokens):
             self._shown += self._stream.push(self.tokens[self._pushed :])[0]
             self._pushed = len(self.tokens)

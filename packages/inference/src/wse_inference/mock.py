@@ -3,11 +3,15 @@
 Contract (see `wse_inference.engine`): `engine.ByteTokenizer` (token id = UTF-8 byte, vocab 256);
 the first token after a prompt is `(prompt[-1] + 1) % vocab_size` and every next token is
 `(last + 1) % vocab_size`, whatever the sampling temperature and penalties. So the prompt "abc"
-continues "defg...". A sequence finishes with "length" after `max_tokens` generated tokens (the
-prefill's first token counts), or with "stop" on a token in `stop_token_ids` (that token is
-reported) or on a stop string in its final text: the engines' one `SequenceTracker` decides
-all three, as it does for the real engines (hunt 70: the mock matched stop strings on a whole
-decode, the U+FFFD of a character still arriving included, and past a stop in its step).
+continues "defg...". With min_tokens (vLLM's), a stop token id is held back until that many
+tokens are made, as the real decoders hold it (`sampling.penalize`): the token made is then
+the next id that is not held (its most likely one without them: "abc" with stop token id
+"e" and min_tokens 3 continues "dfg"). A sequence finishes with "length" after `max_tokens`
+generated tokens (the prefill's first token counts), or with "stop" on a token in
+`stop_token_ids` (that token is reported) or on a stop string in its final text: the
+engines' one `SequenceTracker` decides all three, as it does for the real engines (hunt 70:
+the mock matched stop strings on a whole decode, the U+FFFD of a character still arriving
+included, and past a stop in its step).
 
 Log probabilities (`SamplingParams.logprobs`): the mock's next-token distribution halves from
 token to token after the last one, p((last + 1 + j) % vocab) = 2^-(j + 1) (the last id takes
@@ -136,13 +140,13 @@ class MockEngine:
             time.sleep(self.prefill_delay_s)
         with self._lock:
             self._counters["prefills"] += 1
-        first = (int(prompt_ids[-1]) + 1) % self.vocab_size
+        first = self._next(int(prompt_ids[-1]), 0, sampling)
         return Prefix(
             prompt_len=len(prompt_ids),
             first_token=first,
             sampling=sampling,
             payload=[int(t) for t in prompt_ids] + [first],
-            first_logprob=self._logprob(int(prompt_ids[-1]), sampling),
+            first_logprob=self._logprob(int(prompt_ids[-1]), sampling, first),
             prompt_logprobs=self._prompt_logprobs(prompt_ids, sampling.prompt_logprobs),
         )
 
@@ -153,9 +157,19 @@ class MockEngine:
         scored = (expected_logprob(int(a), k, self.vocab_size, token=int(b)) for a, b in pairs)
         return (None, *scored)
 
-    def _logprob(self, last: int, sampling: SamplingParams) -> TokenLogprob | None:
+    def _logprob(self, last: int, sampling: SamplingParams, token: int) -> TokenLogprob | None:
         k = sampling.logprobs
-        return None if k is None else expected_logprob(last, k, self.vocab_size)
+        return None if k is None else expected_logprob(last, k, self.vocab_size, token=token)
+
+    def _next(self, last: int, made: int, sampling: SamplingParams) -> int:
+        """The token after `last` when `made` tokens are made: last + 1, or while min_tokens
+        holds the stop token ids back, the next id that is not one of them."""
+        token = (last + 1) % self.vocab_size
+        if made < sampling.min_tokens:
+            held = {*sampling.stop_token_ids, *sampling.eos_token_ids}
+            for _ in range(len(held)):  # at most every held id in a row
+                token = (token + 1) % self.vocab_size if token in held else token
+        return token
 
     def insert(self, *, prefix: Prefix, state: MockDecodeState, slot: int) -> MockDecodeState:
         if slot in state.slots or not 0 <= slot < self.max_slots:
@@ -211,9 +225,10 @@ class MockEngine:
         lps: list[TokenLogprob] = []
         while t.finish_reason is None and len(tokens) <= self.spec_accepted:
             last = t.tokens[-1]
+            nxt = self._next(last, len(t.tokens), t.sampling)
             if k is not None:
-                lps.append(expected_logprob(last, k, self.vocab_size))
-            tokens.append((last + 1) % self.vocab_size)
+                lps.append(expected_logprob(last, k, self.vocab_size, token=nxt))
+            tokens.append(nxt)
             seq.kv.append(tokens[-1])
             t.add(tokens[-1])
         return SlotOutput(

@@ -16,7 +16,11 @@ positive logits of tokens in the prompt or generated so far by repetition_penalt
 the negative ones), then subtracts frequency_penalty x each token's generated count and
 presence_penalty for each token generated at least once. Decoders keep the counts per row
 (`count_tokens`); `penalties_for` builds a row's state on the host. A request without
-penalties passes `None` everywhere and pays nothing.
+penalties passes `None` everywhere and pays nothing. vLLM's min_tokens rides in the same state
+(its MinTokensLogitsProcessor): while a row has made fewer than `min_tokens` tokens (the sum
+of its counts), the logits of its `held` ids (the request's stop token ids and the model's EOS
+ids: vLLM's all_stop_token_ids) are -inf, so neither is drawn before the min_tokens + 1-th
+token; vLLM masks before its penalties, and a penalty keeps -inf where it is.
 
 `raw_logprobs(logits, tokens)` gives what a request with `logprobs` sees (vLLM's default
 `raw_logprobs`): each token's log_softmax of the raw logits (no temperature or cuts) and the
@@ -26,7 +30,8 @@ the host, keeping the k alternatives the request asked for.
 Host side: `validate_sampling` refuses bad settings with one readable line (`SamplingError`;
 both live in `wse_inference.engine`, beside `SamplingParams`, so a command checks without JAX),
 `with_eos` adds a model's end-of-sequence ids to the stop tokens (engines apply it to every
-request); stop strings are `engine.stop_index`'s.
+request; for a request with min_tokens it also records them, which min_tokens holds back even
+under ignore_eos); stop strings are `engine.stop_index`'s.
 """
 
 from __future__ import annotations
@@ -66,13 +71,18 @@ __all__ = [
     "penalize",
     "count_tokens",
     "penalties_for",
+    "neutral_penalties",
 ]
 
 
 def with_eos(sampling: SamplingParams, eos_token_ids: Sequence[int]) -> SamplingParams:
     """`sampling` that also stops on the model's end-of-sequence tokens (finish reason
-    "stop"), unless it says `ignore_eos`, as vLLM's engines do."""
+    "stop"), unless it says `ignore_eos`, as vLLM's engines do; with min_tokens, the ids are
+    recorded (`SamplingParams.eos_token_ids`) to be held back until then, ignore_eos or not
+    (vLLM's `update_from_generation_config` adds them to all_stop_token_ids either way)."""
     extra = tuple(t for t in eos_token_ids if t not in sampling.stop_token_ids)
+    if sampling.min_tokens > 0:
+        sampling = dataclasses.replace(sampling, eos_token_ids=tuple(map(int, eos_token_ids)))
     if sampling.ignore_eos or not extra:
         return sampling
     return dataclasses.replace(sampling, stop_token_ids=sampling.stop_token_ids + extra)
@@ -166,13 +176,16 @@ def sample(
 
 class Penalties(NamedTuple):
     """Rows' penalty state: `counts` int32 [..., V] (each token's generated count), `prompt`
-    bool [..., V] (the prompt's tokens) and the settings, float32 [...] or scalars."""
+    bool [..., V] (the prompt's tokens) and the settings, float32 [...] or scalars; vLLM's
+    min_tokens: `min_tokens` int32 [...] and the ids it holds back, `held` bool [..., V]."""
 
     counts: jax.Array
     prompt: jax.Array
     presence: jax.Array
     frequency: jax.Array
     repetition: jax.Array
+    min_tokens: jax.Array
+    held: jax.Array
 
 
 class SlotSampling(NamedTuple):
@@ -190,9 +203,9 @@ class SlotSampling(NamedTuple):
     logprobs: jax.Array  # bool [...]
 
     def penalized(self) -> jax.Array:
-        """bool [...]: the rows whose penalty settings are not neutral (0, 0, 1)."""
+        """bool [...]: the rows whose penalty settings are not neutral (0, 0, 1, min_tokens 0)."""
         p = self.penalties
-        return (p.presence != 0) | (p.frequency != 0) | (p.repetition != 1)
+        return (p.presence != 0) | (p.frequency != 0) | (p.repetition != 1) | (p.min_tokens > 0)
 
 
 def slot_sampling(sampling: SamplingParams, pen: Penalties | None = None) -> SlotSampling:
@@ -226,7 +239,10 @@ def penalize(logits: jax.Array, pen: Penalties | None) -> jax.Array:
     # A penalty past float32 (1e300 is inf, 1e-300 is 0) pushes logits to +-inf (0 * inf was
     # NaN): held at float32's largest, the row keeps its order and softmax stays finite.
     big = jnp.finfo(jnp.float32).max
-    return jnp.clip(z, -big, big)
+    z = jnp.clip(z, -big, big)
+    least = jnp.asarray(pen.min_tokens, jnp.int32)[..., None]
+    early = jnp.sum(pen.counts, axis=-1, keepdims=True) < least  # tokens made so far
+    return jnp.where(early & pen.held, -jnp.inf, z)
 
 
 def count_tokens(pen: Penalties | None, tokens: jax.Array, weight=1) -> Penalties | None:
@@ -241,7 +257,8 @@ def penalties_for(
     sampling: SamplingParams, prompt_ids: Sequence[int], vocab_size: int, generated=()
 ) -> Penalties | None:
     """A row's state on the host (NumPy): the prompt's tokens and the `generated` ones
-    counted; None for a request without penalties."""
+    counted, the ids min_tokens holds back (the stop token ids and `sampling.eos_token_ids`,
+    `with_eos`'s); None for a request without penalties or min_tokens."""
     if not sampling.penalized:
         return None
     prompt = np.zeros(vocab_size, bool)
@@ -249,13 +266,25 @@ def penalties_for(
     counts = np.bincount(np.asarray(generated, np.int64), minlength=vocab_size).astype(np.int32)
     big = float(np.finfo(np.float32).max)  # 1e300 saturates (no overflow warning); see penalize
     f32 = lambda x: np.float32(min(max(x, -big), big))  # noqa: E731
+    held = np.zeros(vocab_size, bool)
+    if sampling.min_tokens > 0:
+        held[np.asarray([*sampling.stop_token_ids, *sampling.eos_token_ids], np.int64)] = True
     return Penalties(
         counts,
         prompt,
         f32(sampling.presence_penalty),
         f32(sampling.frequency_penalty),
         f32(sampling.repetition_penalty),
+        np.int32(sampling.min_tokens),  # at most max_tokens (validate_sampling)
+        held,
     )
+
+
+def neutral_penalties(vocab_size: int) -> Penalties:
+    """A row without penalties or min_tokens (NumPy), of the dtypes `penalties_for` gives."""
+    f32, zeros = np.float32, np.zeros
+    return Penalties(zeros(vocab_size, np.int32), zeros(vocab_size, bool), f32(0), f32(0),
+                     f32(1), np.int32(0), zeros(vocab_size, bool))  # fmt: skip
 
 
 def raw_logprobs(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -3,8 +3,9 @@
     wse infer generate --model-dir DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]
         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]...
         [--speculative-config '{"model": DIR, "num_speculative_tokens": 4}'] [--stages S]
-        [--max-context N] [--logprobs N] [--ignore-eos] [--presence-penalty X]
-        [--frequency-penalty X] [--repetition-penalty X] [--preset P | --spec FILE] [--json]
+        [--max-context N] [--logprobs N] [--ignore-eos] [--min-tokens N]
+        [--include-stop-str-in-output] [--presence-penalty X] [--frequency-penalty X]
+        [--repetition-penalty X] [--preset P | --spec FILE] [--json]
 
 On a terminal the text streams as it is generated, then TTFT, tokens/s, the engine's
 predicted wafer time per token on `--preset` / `--spec` (default wse3; the plan it ran, its
@@ -20,7 +21,8 @@ each token's raw logprob and its N most likely alternatives [[id, logprob], ...]
 object. A sampling setting not given is generation_config.json's, said in one line (vLLM's
 --generation-config auto), else 32 tokens at temperature 1 with no top-k, top-p or penalty.
 Bad input (missing/incompatible checkpoint, prompt longer than the context,
-max_tokens <= 0, temperature outside [0, 2], top_p outside (0, 1], draft/target vocabulary
+max_tokens <= 0, temperature outside [0, 2], top_p outside (0, 1], --min-tokens past
+--max-tokens (vLLM's words), draft/target vocabulary
 mismatch, a draft larger than the model, --stages or --trace with --speculative-config: the
 pipelined engine's options; its `mock_accepted_tokens`: the mock server's) exits 2, one
 line. Heavy packages are imported inside the command, so `wse --help` stays fast. On a CPU
@@ -153,6 +155,19 @@ def generate(
     ignore_eos: bool = typer.Option(
         False, "--ignore-eos", help="Run past the model's end-of-sequence tokens."
     ),
+    min_tokens: int = number(
+        0,
+        "--min-tokens",
+        help="vLLM's: no end-of-sequence or stop before this many tokens (0..--max-tokens).",
+        kind=int,
+        ge=0,
+        le=INT32_MAX,
+    ),
+    include_stop_str_in_output: bool = typer.Option(
+        False,
+        "--include-stop-str-in-output",
+        help="vLLM's: keep the matched --stop string at the end of the text.",
+    ),
     presence_penalty: float = number(
         0.0, "--presence-penalty", help="In [-2, 2]; 0 is off.", ge=-2, le=2
     ),
@@ -208,6 +223,7 @@ def generate(
     sampling = SamplingParams(
         **settings, seed=seed, stop=tuple(stop or ()), ignore_eos=ignore_eos, logprobs=logprobs,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+        min_tokens=min_tokens, include_stop_str_in_output=include_stop_str_in_output,
     )  # fmt: skip
     # the settings alone, before the weights are read (the context: once config.json is read)
     alone = sampling.max_tokens + 1

@@ -68,6 +68,7 @@ from wse_inference.pipeline.schedule import (
 )
 from wse_inference.sampling import (
     Penalties,
+    neutral_penalties,
     penalties_for,
     slot_sampling,
     token_logprobs,
@@ -277,9 +278,8 @@ class PipelineEngine:
         """The slot's penalty row (the first token counted); neutral for a request without."""
         v, s = self.vocab_size, prefix.sampling
         pen = penalties_for(s, prefix.payload.prompt_ids, v, [prefix.first_token])
-        if pen is None:  # float32 as `penalties_for`'s (a weak-typed 0.0 is another trace)
-            f32 = np.float32
-            pen = Penalties(np.zeros(v, np.int32), np.zeros(v, bool), f32(0), f32(0), f32(1))
+        if pen is None:  # the dtypes of `penalties_for`'s (a weak-typed 0.0 is another trace)
+            pen = neutral_penalties(v)
         return jax.tree.map(jnp.asarray, pen)
 
     def generate(self, *, state: PipelineDecodeState):

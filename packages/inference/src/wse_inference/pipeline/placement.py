@@ -77,6 +77,8 @@ def empty_state(config: Any, wafer: Any, stages: int, max_context: int, per: int
                 jnp.zeros((s,), jnp.float32),
                 jnp.zeros((s,), jnp.float32),
                 jnp.ones((s,), jnp.float32),
+                zeros_i(),  # min_tokens
+                jnp.zeros((s, c.vocab_size), bool),  # the ids it holds back
             ),
             logprobs=jnp.zeros((s,), bool),
         ),

@@ -9,7 +9,8 @@ One validator for both front ends, in the order a request meets it:
    (OpenAI's range), top_p, top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most
    `max_stop` stop strings (`LIMITS["serve_stop_strings"]`; empty ones counted, then refused
    as vLLM does) of at most `max_stop_chars` characters each and `max_stop_token_ids` stop
-   token ids, a seed that is a 64-bit signed integer, also seed + n - 1 for n choices) and
+   token ids, a seed that is a 64-bit signed integer, also seed + n - 1 for n choices,
+   min_tokens in 0..max_tokens in vLLM's words, once max_tokens is known) and
    `encode_prompt`, which refuses a prompt text longer in UTF-8 bytes than `max_context`
    tokens of this tokenizer can hold (`tokenizer.max_token_bytes`, when the tokenizer
    declares it) before encoding it;
@@ -39,7 +40,7 @@ from typing import Any
 from wse_core.errors import WseError, shown
 from wse_core.host.limits import lift, limit
 
-from wse_inference.engine import MAX_LOGPROBS, SamplingParams
+from wse_inference.engine import MAX_LOGPROBS, SamplingParams, check_min_tokens
 
 __all__ = [
     "InvalidRequestError",
@@ -251,6 +252,10 @@ def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimit
             f"got {len(sampling.stop_token_ids)}.",
             param="stop_token_ids",
         )
+    try:  # vLLM's words; max_tokens 0 (the rest of the context, not yet known) bounds nothing
+        check_min_tokens(sampling.min_tokens, sampling.max_tokens, ValueError)
+    except ValueError as e:
+        raise InvalidRequestError(str(e), param="min_tokens") from None
     seed = sampling.seed
     if seed is not None and not SEED_MIN <= seed <= SEED_MAX - (n - 1):
         raise InvalidRequestError(

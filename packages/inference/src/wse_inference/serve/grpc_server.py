@@ -93,6 +93,8 @@ def sampling_from_request(
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
         repetition_penalty=given("repetition_penalty", 1.0),
+        min_tokens=req.min_tokens,
+        include_stop_str_in_output=req.include_stop_str_in_output,
     )
 
 

@@ -4,7 +4,9 @@ parsing uses them): `invalid` (an `InvalidRequestError` naming its field); `numb
 that JSON type or its default); `max_tokens` (or max_completion_tokens) and
 `stream_options`; and the fields this server does not honour: `refuse_unsupported` (n past
 `MAX_N`, best_of, logit_bias, suffix, tools, response_format, min_p, vLLM's extras in
-`NOT_HONOURED` unless absent, null or neutral, `user`, vLLM's `request_id` not a string or
+`NOT_HONOURED` unless absent, null or neutral, a non-empty vllm_xargs (custom logits
+processors' arguments; kv_transfer_params, an object, is taken and ignored, as vLLM without a
+KV connector ignores it), `user`, vLLM's `request_id` not a string or
 past `RequestLimits.max_request_id_chars` (`check_request_id`, the X-Request-Id header's
 bound too) and `priority` other than 0), `refuse_tools` and
 `refuse_not_honoured` (the parts /tokenize shares) and `refuse_other_route` (messages on
@@ -123,11 +125,9 @@ def stream_options(opts: Any, stream: bool) -> bool:
 # silently ignored). Every other field this module does not read is ignored, as vLLM ignores
 # fields it does not know (a typo of a known field included).
 NOT_HONOURED: dict[str, Any] = {
-    "min_tokens": 0,
     "length_penalty": 1.0,
     "use_beam_search": False,
     "prompt_logprobs": None,  # the prompt's logprobs: echo with logprobs
-    "include_stop_str_in_output": False,
     "skip_special_tokens": True,
     "spaces_between_special_tokens": True,
     "allowed_token_ids": None,
@@ -247,6 +247,7 @@ def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
     if min_p:
         raise invalid("min_p is not supported by this server; leave it out (or give 0).", "min_p")
     refuse_not_honoured(body, NOT_HONOURED)
+    _extension_args(body)
     fmt = body.get("response_format")
     if fmt is not None and fmt != {"type": "text"}:
         raise invalid(
@@ -263,6 +264,34 @@ def refuse_unsupported(body: dict, limits: RequestLimits) -> None:
             param="user",
             code="string_above_max_length" if isinstance(user, str) else "invalid_value",
         )
+
+
+def _extension_args(body: dict) -> None:
+    """vLLM's two objects for what runs beside the sampler, each of vLLM's shape (an object;
+    vLLM's pydantic refuses another type with a 400 too):
+
+    - vllm_xargs (vLLM's `SamplingParams.extra_args`): arguments for custom logits processors
+      (`vllm serve --logits-processors`), which steer the output; this server loads none, so
+      a non-empty one is refused rather than dropped (vLLM without such a processor drops it,
+      and the request is answered as if it were not steered); {} and null are taken;
+    - kv_transfer_params: what a KV connector (disaggregated prefill) reads; it does not
+      change the output, and vLLM without a connector, as this server is, ignores it: taken
+      and ignored."""
+    xargs = body.get("vllm_xargs")
+    if xargs is not None and not isinstance(xargs, dict):
+        raise invalid(f"vllm_xargs must be an object of argument names to values, got "
+                      f"{shown_json(xargs, head=60)}.", "vllm_xargs")  # fmt: skip
+    if xargs:
+        raise invalid(
+            f"vllm_xargs {shown_json(xargs, head=60)} carries arguments for custom logits "
+            "processors (vLLM's --logits-processors); this server loads none, so nothing "
+            "would read them; leave it out (or give {}).",
+            "vllm_xargs",
+        )
+    kv = body.get("kv_transfer_params")
+    if kv is not None and not isinstance(kv, dict):
+        raise invalid(f"kv_transfer_params must be an object, got {shown_json(kv, head=60)}.",
+                      "kv_transfer_params")  # fmt: skip
 
 
 def check_request_id(rid: str, name: str, limits: RequestLimits) -> None:

@@ -8,23 +8,28 @@ echo (completions), presence_penalty and frequency_penalty (in [-2, 2]), and vLL
 repetition_penalty (> 0), stop_token_ids, ignore_eos (generation stops at the model's
 end-of-sequence tokens unless it is true), return_tokens_as_token_ids (logprobs name each
 token "token_id:N") and return_token_ids (choices carry their token_ids and the prompt's, as
-vLLM >= 0.10.2's). Integer fields take a whole-number float (2.0), as vLLM's pydantic does.
-Fields that would change the output but are not supported (best_of other than n, several
-prompts, a logit_bias, suffix, tools, functions, a tool_choice other than "none", a
+vLLM >= 0.10.2's), min_tokens (vLLM's: the stop token ids and the model's EOS ids are held
+back, and no stop string ends, before that many tokens; in 0..max_tokens, vLLM's words) and
+include_stop_str_in_output (vLLM's: the matched stop string, or the stop token's text, stays
+at the end of the text). Integer fields take a whole-number float (2.0), as vLLM's pydantic
+does. Fields that would change the output but are not supported (best_of other than n,
+several prompts, a logit_bias, suffix, tools, functions, a tool_choice other than "none", a
 response_format other than text, and vLLM's extras in `openai_fields.NOT_HONOURED`: min_p,
-min_tokens, guided_*, structural_tag, prompt_embeds, prompt_logprobs, a request's
-chat_template...) are refused with `InvalidRequestError` (HTTP 400) unless absent, null or
-neutral; so are the other route's field (messages on /v1/completions, prompt on chat) and
-stream_options without stream. `user` must be a string of at most
-`RequestLimits.max_user_chars`, vLLM's request_id a string (the response id is
-`chatcmpl-<request_id>` / `cmpl-<request_id>`, as vLLM's), its priority 0 (no priority
-scheduling here). A model name this server does not serve is `ModelNotFoundError`
+guided_*, structural_tag, prompt_embeds, prompt_logprobs, a request's chat_template,
+vllm_xargs for custom logits processors...) are refused with `InvalidRequestError` (HTTP 400)
+unless absent, null or neutral; so are the other route's field (messages on /v1/completions,
+prompt on chat) and stream_options without stream. vLLM's kv_transfer_params (an object, for
+a KV connector; none here, and vLLM without one ignores it) is taken and ignored. `user`
+must be a string of at most `RequestLimits.max_user_chars`, vLLM's request_id a string (the
+response id is `chatcmpl-<request_id>` / `cmpl-<request_id>`, as vLLM's), its priority 0 (no
+priority scheduling here). A model name this server does not serve is `ModelNotFoundError`
 (HTTP 404, as OpenAI and vLLM answer, with `reason` model_not_found: OpenAI's code string;
 the body's `code` is the status, as vLLM's); a missing, null or
 empty one is the served model, as in vLLM (the answer names it).
 Fields this module does not know are ignored, as vLLM ignores them (metadata, store,
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
-parallel_tool_calls, return_tokens_as_token_ids) must be JSON true, false or null: "false"
+parallel_tool_calls, return_tokens_as_token_ids, include_stop_str_in_output) must be JSON
+true, false or null: "false"
 would read as true. A missing
 max_tokens means 16 on /v1/completions (vLLM's CompletionRequest default, and OpenAI's) and
 "the rest of the context window" on chat (vLLM's); either within the rest of the context. A
@@ -241,6 +246,7 @@ def _sampling(body: dict, kind: str, defaults: Mapping[str, Any]) -> SamplingPar
     if token_list(stop_ids) is None:
         raise invalid("stop_token_ids must be a list of token ids.", "stop_token_ids")
     ignore_eos = flag(body.get("ignore_eos"), "ignore_eos")
+    include_stop = flag(body.get("include_stop_str_in_output"), "include_stop_str_in_output")
     return SamplingParams(
         max_tokens=0 if given is None else given,
         temperature=number(body, "temperature", defaults.get("temperature", 1.0)),
@@ -256,6 +262,8 @@ def _sampling(body: dict, kind: str, defaults: Mapping[str, Any]) -> SamplingPar
         repetition_penalty=number(
             body, "repetition_penalty", defaults.get("repetition_penalty", 1.0)
         ),  # fmt: skip
+        min_tokens=integer(body, "min_tokens", 0) or 0,  # vLLM's; checked by check_sampling
+        include_stop_str_in_output=include_stop,
     )
 
 

@@ -389,11 +389,14 @@ class Scheduler:
         ids are those the engine runs the request with (`run`, its `Prefix.sampling`: the
         request's and, unless ignore_eos, the model's EOS ids, `sampling.with_eos`), so the
         token that ends the sequence is left out of the text, as vLLM's detokenizer leaves it
-        (hunt 72: a model EOS that is a plain token, the byte tokenizer's, was in the text)."""
+        (hunt 72: a model EOS that is a plain token, the byte tokenizer's, was in the text),
+        unless include_stop_str_in_output; min_tokens as the engine's (`SequenceTracker`)."""
         s = h.sampling
         return TextStream(
             self.engine.tokenizer,
             stop=s.stop,
             stop_token_ids=(*s.stop_token_ids, *run.stop_token_ids),
             prompt_ids=h.prompt_ids,
+            min_tokens=s.min_tokens,
+            include_stop=s.include_stop_str_in_output,
         )

@@ -25,7 +25,14 @@ all of it together is `decode(prompt_ids + ids)[len(decode(prompt_ids)):]`, cut 
   stop sequence is not part of the output); the stop string that is completed first wins (with
   stops "b" and "aba", "ab..." stops at "a" — generation never reaches the longer one); a token
   in `stop_token_ids` stops without text. `stop_reason` is the stop string or token id that
-  stopped it (vLLM's).
+  stopped it (vLLM's);
+- `include_stop` (vLLM's include_stop_str_in_output): the text is cut just after the stop
+  string instead, a stop token's own text is kept (decoded as any token: "" for a special
+  one), and nothing is held back for stop strings (vLLM's stop_buffer_length 0);
+- `min_tokens` (vLLM's, its detokenizer's `update`): a stop token id stops only from the
+  min_tokens-th generated token on (vLLM's `check_stop`; the decoders hold those ids back
+  before it), and a stop string only when it ends in text that came after the first
+  min_tokens tokens' (it may begin before: the window vLLM searches).
 
 `flush()` returns what is held back once the sequence ends for another reason. The engines'
 `SequenceTracker` and `wse infer generate` use this same stream (one detokenizer).
@@ -58,11 +65,19 @@ class TextStream:
         stop: Sequence[str] = (),
         stop_token_ids: Iterable[int] = (),
         prompt_ids: Sequence[int] = (),
+        min_tokens: int = 0,
+        include_stop: bool = False,
     ) -> None:
         self._tok = tokenizer
         self._stop = tuple(s for s in stop if s)
         self._stop_ids = frozenset(stop_token_ids)
-        self._hold_chars = max((len(s) for s in self._stop), default=1) - 1
+        # characters before the new text a stop string may begin in
+        self._search_back = max((len(s) for s in self._stop), default=1) - 1
+        self._include = include_stop  # nothing held back: the stop string is kept
+        self._hold_chars = 0 if include_stop else self._search_back
+        self._min_tokens = min_tokens
+        self._made = 0  # generated tokens pushed, stop tokens too
+        self._floor = 0  # the first min_tokens tokens' text: no stop string ends in it
         self._ids, self._before = self._prompt_window(prompt_ids)  # _before: window's text
         self._prefix = 0  # start of the decode window
         self._read = len(self._ids)  # ids up to here are in `text`
@@ -97,24 +112,41 @@ class TextStream:
         for i in ids:
             if self.stopped:
                 break
-            if int(i) in self._stop_ids:
-                self.stopped, self.stop_reason = True, int(i)
+            self._made += 1
+            if int(i) in self._stop_ids and self._made >= self._min_tokens:
+                if self._include:  # its text kept (vLLM's; a character it leaves unfinished
+                    self._append(int(i))  # is not, as on any stop: vLLM's decode_next)
+                if not self.stopped:  # else a stop string in its own text ended it first
+                    self.stopped, self.stop_reason = True, int(i)
                 break
-            self._ids.append(int(i))
-            self._decode_tail()
-            self._check_stop()
+            self._append(int(i))
         return self._take(final=self.stopped), self.stopped
 
+    def _append(self, token: int) -> None:
+        """One generated token decoded, then the stop strings checked (past min_tokens)."""
+        self._ids.append(token)
+        self._decode_tail()
+        if self._made <= self._min_tokens:
+            self._floor = len(self.text)
+        else:
+            self._check_stop()
+
     def flush(self) -> str:
-        """The held-back text, once no more tokens will come. A character left unfinished
-        (its bytes in the last tokens, `unfinished_tail`) is its tokens decoded alone, as the
-        tokenizer decodes an answer of them alone: HF's ByteFallback decoded the window's
-        whole byte run, the characters before them too, to one U+FFFD per byte (hunt 72:
-        '안녕' + "<0xEC>" was '안녕���', a prompt's last "中" + "<0xE4>" '���'). Alone they are
-        one U+FFFD per byte with ByteFallback (transformers' decode: hunt 71's F0 9F is
-        "\ufffd\ufffd"), one per maximal invalid subpart with a byte-level BPE's
-        `from_utf8_lossy` (Python's `errors="replace"`); the logprobs' last token ends in it."""
-        if self._read < len(self._ids) and not self.stopped:  # an unfinished character
+        """The held-back text, once no more tokens will come (`_release`)."""
+        if not self.stopped:
+            self._release()
+        return self._take(final=True)
+
+    def _release(self) -> None:
+        """A character left unfinished (its bytes in the last tokens, `unfinished_tail`) is
+        its tokens decoded alone, as the tokenizer decodes an answer of them alone: HF's
+        ByteFallback decoded the window's whole byte run, the characters before them too, to
+        one U+FFFD per byte (hunt 72: '안녕' + "<0xEC>" was '안녕���', a prompt's last "中" +
+        "<0xE4>" '���'). Alone they are one U+FFFD per byte with ByteFallback (transformers'
+        decode: hunt 71's F0 9F is "\ufffd\ufffd"), one per maximal invalid subpart with a
+        byte-level BPE's `from_utf8_lossy` (Python's `errors="replace"`); the logprobs' last
+        token ends in it."""
+        if self._read < len(self._ids):  # an unfinished character
             n = len(self._ids)
             ends = [self._own(t) for t in self._ids[max(self._read, n - _CHAR_BYTES) :]]
             held = unfinished_tail(ends)  # the last tokens: the character's bytes
@@ -122,7 +154,6 @@ class TextStream:
             self.text += self._tok.decode(self._ids[n - held :]) if held else ""
             self._read = n
             self._check_stop()
-        return self._take(final=True)
 
     def _decode_tail(self) -> None:
         after = self._tok.decode(self._ids[self._prefix :])
@@ -149,13 +180,15 @@ class TextStream:
         self._read = read
 
     def _check_stop(self) -> None:
-        if not self._stop:
+        if not self._stop or self._made <= self._min_tokens:
             return
-        start = max(0, self._sent - self._hold_chars)
-        hits = [(i + len(s), i, s) for s in self._stop if (i := self.text.find(s, start)) >= 0]
+        start = max(0, self._sent - self._search_back)
+        floor = self._floor + 1  # a stop string ends past the first min_tokens tokens' text
+        hits = [(i + len(s), i, s) for s in self._stop
+                if (i := self.text.find(s, max(start, floor - len(s)))) >= 0]  # fmt: skip
         if hits:  # the stop string completed first wins, as generation would have stopped there
-            _, at, self.stop_reason = min(hits)
-            self.text = self.text[:at]
+            end, at, self.stop_reason = min(hits)
+            self.text = self.text[: end if self._include else at]
             self.stopped = True
 
     def _take(self, *, final: bool) -> str:
