@@ -183,8 +183,6 @@ def _ours(name: str) -> str:
      (["--endpoint", "/generate"], "--endpoint must be /v1/completions or /v1/chat/completions"),
      (["--backend", "openai", "--endpoint", "/v1/chat/completions"], "--backend openai posts "
       "to /v1/completions, not --endpoint /v1/chat/completions; give --backend openai-chat"),
-     (["--backend", "openai-chat", "--dataset-name", "random"], "--dataset-name random sends "
-      "token ids, which /v1/chat/completions cannot take"),
      (["--save-detailed"], "--save-detailed: vLLM's per-request lists are not kept"),
      (["--out", "a.json", "--result-dir", "r"], "--out and --result-dir / --result-filename "
       "each say where the summary goes")],

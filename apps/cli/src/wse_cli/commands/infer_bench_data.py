@@ -13,9 +13,11 @@ token figures to the summary's table.
 
 How each request is sent, vLLM's too: `--backend` openai (or vllm) posts to /v1/completions,
 openai-chat to /v1/chat/completions, `--endpoint` the one or the other (the endpoint alone
-picks the backend; the two disagreeing, another path or backend, or a chat of the random
-dataset's token ids is refused by `backend(ctx)`); `--temperature` (default 0, greedy),
-`--top-p` and `--top-k` (sent only when given); `--num-warmups`.
+picks the backend; the two disagreeing, another path or backend is refused by
+`backend(ctx)`; a chat of the random dataset sends each prompt's ids as text, decoded and
+encoded again by the server's /detokenize and /tokenize as vLLM's RandomDataset decodes and
+encodes them with its tokenizer: `bench_data.random_text_sample`); `--temperature` (default
+0, greedy), `--top-p` and `--top-k` (sent only when given); `--num-warmups`.
 """
 
 from __future__ import annotations
@@ -118,8 +120,8 @@ BACKEND = typer.Option(
     "openai",
     "--backend",
     help="vLLM's: openai (or vllm) posts each request to /v1/completions; openai-chat to "
-    "/v1/chat/completions, its prompt one user message (--dataset-name prompt or sharegpt: "
-    "text).",
+    "/v1/chat/completions, its prompt one user message of text (--dataset-name random: its "
+    "ids as text, by the server's /detokenize and /tokenize, as vLLM's).",
 )
 ENDPOINT = typer.Option(
     None,
@@ -160,10 +162,6 @@ def backend(ctx: typer.Context) -> str:
     elif endpoint is not None and BACKENDS[name] != endpoint:
         fail(f"--backend {name} posts to {BACKENDS[name]}, not --endpoint {endpoint}; give "
              f"--backend {paths[endpoint]} with it, or leave one out")  # fmt: skip
-    if name == "openai-chat" and ctx.params["dataset_name"] == "random":
-        fail("--dataset-name random sends token ids, which /v1/chat/completions cannot take; "
-             "give --dataset-name prompt or sharegpt with --backend openai-chat, or --backend "
-             "openai")  # fmt: skip
     return name
 
 

@@ -26,6 +26,18 @@ summary records (the name, its settings, the seed). Bad settings and files are
   cannot know them, so V is the whole vocabulary (`--random-vocab-size`, else the
   `vocab_size` the server lists for the model in GET /v1/models: `bench_tokens`).
   Requests are made when sent, not kept: 24 bytes a request, whatever their lengths.
+- `random_text_sample(sample, decode, encode, ...)`: the same requests as text, for a chat
+  (`--backend openai-chat`: its prompt is one user message), as vLLM's RandomDataset makes
+  every prompt (`gen_prompt_decode_to_target_len`): the ids decoded, the text encoded again
+  without special tokens, and while the count differs from the target (prefix + length),
+  cut to it or filled with random ids, at most `MAX_RETRY` times; the prompt is the last text
+  decoded, its tokens that text's count (what the summary's input tokens add up; the
+  difference from the targets is `token_mismatch`, vLLM's warning). This client has no
+  tokenizer: `decode` and `encode` are the server's /detokenize and /tokenize (vLLM's
+  endpoints, `bench_tokens`), `width` requests at a time, each filled from its own generator
+  seeded (seed, i) so the order they finish in changes nothing (vLLM fills from the
+  dataset's one generator, request after request). The texts are held for the run, at most
+  `MAX_TEXT_TOKENS` target tokens in all.
 - `sharegpt(path)` reads vLLM's ShareGPT JSON (`sharegpt_file`: a local file, bounded, the
   first two turns of each conversation of two or more); `sharegpt_sample` shuffles them with
   `random.Random(seed)` (vLLM's `random.seed(seed); random.shuffle`: the same order), then
@@ -67,7 +79,9 @@ from wse_inference.demo.sharegpt_file import ShareGPTFileError, read_sharegpt
 __all__ = [
     "MAX_LEN",
     "MAX_SHAREGPT_OUTPUT_LEN",
+    "MAX_RETRY",
     "MAX_TEXT_CHARS",
+    "MAX_TEXT_TOKENS",
     "BenchRequest",
     "DatasetError",
     "MAX_TOKENS_IN_FLIGHT",
@@ -77,6 +91,7 @@ __all__ = [
     "arrival_times",
     "fixed",
     "random_sample",
+    "random_text_sample",
     "sharegpt",
     "sharegpt_sample",
 ]
@@ -93,6 +108,12 @@ MAX_SHAREGPT_OUTPUT_LEN = MAX_TOTAL_LEN - MIN_LEN  # a fixed output leaving room
 MAX_TEXT_CHARS = 1 << 20
 # A /tokenize reply over this is over 2,048 ids (at most ~9 bytes each): past the filter
 MAX_TOKENIZE_BYTES = 1 << 20
+# vLLM's gen_prompt_decode_to_target_len: rounds of decode, encode and cut or fill
+MAX_RETRY = 10
+# Target tokens of the random dataset's prompts held as text for a chat, all requests
+# together: 2^24 tokens, ~64 MB of str at GPT-2's ~4 characters a token (OpenAI's rule of
+# thumb for English; a byte-level vocabulary holds less)
+MAX_TEXT_TOKENS = 1 << 24
 
 
 class DatasetError(ValueError):
@@ -225,6 +246,62 @@ class _Random:
 def random_sample(spec: RandomSpec, num: int, seed: int, vocab_size: int) -> Sample:
     """`num` requests of vLLM's random dataset over ids [0, `vocab_size`) (module docstring)."""
     return _Random(spec, num, seed, vocab_size)
+
+
+Decode = Callable[[list[int]], Awaitable[str]]
+Encode = Callable[[str], Awaitable[list[int]]]
+
+
+class _RandomText:
+    def __init__(self, ids: _Random, texts: list[str], lens: array, mismatch: int) -> None:
+        self.output_lens, self.texts, self.lens = ids.output_lens, texts, lens
+        self.params = {**ids.params, "token_mismatch": mismatch}
+
+    def request(self, i: int) -> BenchRequest:
+        return BenchRequest(self.texts[i], self.lens[i], int(self.output_lens[i]))
+
+
+async def fit_text(ids: list[int], rng: np.random.Generator, vocab_size: int, decode: Decode,
+                   encode: Encode) -> tuple[str, list[int]]:  # fmt: skip
+    """vLLM's `gen_prompt_decode_to_target_len` of `ids` (the target is their count): the
+    last text decoded and its ids encoded again."""
+    target, seq = len(ids), list(ids)
+    for tries_left in range(MAX_RETRY, -1, -1):
+        text = await decode(seq)
+        seq = await encode(text)
+        if len(seq) == target or tries_left == 0:
+            return text, seq
+        fill = rng.integers(0, vocab_size, size=max(0, target - len(seq))).tolist()
+        seq = seq[:target] + fill
+    raise AssertionError("unreachable: the last try returns")
+
+
+async def random_text_sample(sample: Sample, decode: Decode, encode: Encode, *, num: int,
+                             width: int = 8) -> Sample:  # fmt: skip
+    """`sample` (`random_sample`'s) with each prompt made text (module docstring); `num`
+    requests, `width` at a time."""
+    assert isinstance(sample, _Random)
+    held = num * int(sample.params["input_lens"][1])
+    if held > MAX_TEXT_TOKENS:
+        raise DatasetError(
+            f"a chat's random prompts are text held for the run: {num:,} requests of up to "
+            f"{sample.params['input_lens'][1]:,} tokens are {held:,} tokens, past the "
+            f"{MAX_TEXT_TOKENS:,} this client holds; lower -n or --random-input-len"
+        )
+    seed, vocab = sample.params["seed"], sample.vocab_size
+    texts, lens, mismatch = [""] * num, array("q", bytes(8 * num)), 0
+
+    async def one(i: int) -> None:
+        nonlocal mismatch
+        ids = sample.request(i).prompt
+        assert isinstance(ids, list)
+        rng = np.random.default_rng([seed, i])  # its own: the finishing order changes nothing
+        texts[i], seq = await fit_text(ids, rng, vocab, decode, encode)
+        lens[i], mismatch = len(seq), mismatch + len(seq) - len(ids)
+
+    for start in range(0, num, width):
+        await asyncio.gather(*map(one, range(start, min(num, start + width))))
+    return _RandomText(sample, texts, lens, mismatch)
 
 
 # -- ShareGPT ----------------------------------------------------------------------------------

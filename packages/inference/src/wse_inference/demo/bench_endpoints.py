@@ -9,8 +9,8 @@ alias `vllm`) POST /v1/completions, `openai-chat` POST /v1/chat/completions.
 message whose content is one text part, and `max_completion_tokens`; both stream with
 `stream_options.include_usage`, send `temperature` (0, greedy, unless `Sampling` says
 otherwise: vLLM's default), and `top_p` / `top_k` / `ignore_eos` only when set (vLLM's
-`--top-p`, `--top-k`, `--ignore-eos`). A chat's prompt is text: token ids (the random
-dataset) are a ValueError.
+`--top-p`, `--top-k`, `--ignore-eos`). A chat's prompt is text: token ids are a ValueError
+(the random dataset's are made text first: `bench_data.random_text_sample`).
 
 `read_chunk(backend, data)` is one `data:` payload as (`openai_replies.Chunk`, role-only):
 `openai_replies.parse_chunk`'s, in one pass (an error event, a malformed chunk or usage, an

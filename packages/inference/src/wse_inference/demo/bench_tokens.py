@@ -1,7 +1,9 @@
 """What the server says while `wse infer bench` draws a dataset (`draw`, here): the
-vocabulary it lists for a model (GET /v1/models, for the random dataset's ids) and a text's
-tokens (POST /tokenize, vLLM's, for ShareGPT's filter), each read within `timeout_s` and a
-byte cap, and checked, not trusted.
+vocabulary it lists for a model (GET /v1/models, for the random dataset's ids), a text's
+tokens (POST /tokenize, vLLM's, for ShareGPT's filter) and, for the random dataset sent to a
+chat, ids as text and that text's ids (POST /detokenize and /tokenize without special
+tokens, vLLM's: `text_codec`), each read within `timeout_s` and a byte cap, and checked,
+not trusted.
 
 Contract. `served_vocab_size(client, model, timeout_s)` is the model's `vocab_size`, else
 `DatasetError` asking for --random-vocab-size. `tokenize_count(client, model, timeout_s)` is
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -27,12 +29,16 @@ from wse_inference.demo.bench_data import (
     MAX_TOKENIZE_BYTES,
     Count,
     DatasetError,
+    Decode,
+    Encode,
     RandomSpec,
     Sample,
     fixed,
     random_sample,
+    random_text_sample,
     sharegpt_sample,
 )
+from wse_inference.demo.bench_endpoints import CHAT
 from wse_inference.demo.openai_replies import (
     MAX_ERROR_BYTES,
     MAX_MODELS_BYTES,
@@ -44,7 +50,13 @@ from wse_inference.demo.openai_replies import (
 if TYPE_CHECKING:
     from wse_inference.demo.load_test import LoadTestConfig
 
-__all__ = ["draw", "served_vocab_size", "tokenize_count"]
+__all__ = ["draw", "served_vocab_size", "text_codec", "tokenize_count"]
+
+# Bytes a token may take in a reply: a /tokenize id (up to 10 digits, ", ") or a
+# /detokenize token's text, JSON-escaped (\uXXXX: 6 bytes a character), 10 characters each
+# on average at most: no vocabulary's tokens average more than ~4 (GPT-2's byte-level BPE)
+REPLY_BYTES_PER_TOKEN = 64
+REPLY_SLACK_BYTES = 1 << 16  # the reply's own keys and a short prompt's whole text
 
 
 def tokenize_count(client: httpx.AsyncClient, model: str, timeout_s: float) -> Count:
@@ -125,6 +137,57 @@ def _count_of(body: bytes) -> int:
     return n
 
 
+def text_codec(client: httpx.AsyncClient, model: str, timeout_s: float) -> tuple[Decode, Encode]:
+    """(decode, encode): ids -> text by the server's POST /detokenize, text -> ids by its POST
+    /tokenize with add_special_tokens false (vLLM's RandomDataset encodes so); any refusal or
+    reply not of vLLM's shape is `DatasetError` (the server's fault where it is a 5xx or the
+    shape)."""
+
+    async def ask(path: str, body: dict, tokens: int) -> Any:
+        cap = REPLY_BYTES_PER_TOKEN * tokens + REPLY_SLACK_BYTES
+        try:
+            async with asyncio.timeout(timeout_s), client.stream("POST", path, json=body) as r:
+                reply = await read_head(r.aiter_bytes(), cap)
+        except TimeoutError:
+            raise DatasetError(f"POST {path} did not answer within {timeout_s:g} s",
+                               fault=True) from None  # fmt: skip
+        if r.status_code != 200:
+            said = reason(reply[:MAX_ERROR_BYTES])
+            raise DatasetError(
+                f"POST {path} answered {r.status_code} {phrase(r.status_code)} ({said}); "
+                "--dataset-name random with --backend openai-chat sends text, made with the "
+                "server's /detokenize and /tokenize (vLLM's)",
+                fault=r.status_code >= 500,
+            )
+        if len(reply) > cap:
+            raise DatasetError(f"POST {path} answered more than {cap:,} bytes for {tokens:,} "
+                               "tokens", fault=True)  # fmt: skip
+        try:
+            return json.loads(reply)
+        except (ValueError, RecursionError):
+            return None
+
+    async def decode(ids: list[int]) -> str:
+        said = await ask("/detokenize", {"model": model, "tokens": ids}, len(ids))
+        text = said.get("prompt") if isinstance(said, dict) else None
+        if not isinstance(text, str):
+            raise DatasetError('POST /detokenize did not answer vLLM\'s {"prompt": text}',
+                               fault=True)  # fmt: skip
+        return text
+
+    async def encode(text: str) -> list[int]:
+        body = {"model": model, "prompt": text, "add_special_tokens": False}
+        size = len(text.encode("utf-8", "surrogatepass"))
+        said = await ask("/tokenize", body, size + 1)  # at most a token a byte (byte fallback)
+        ids = said.get("tokens") if isinstance(said, dict) else None
+        if not isinstance(ids, list) or not all(type(t) is int and t >= 0 for t in ids):
+            raise DatasetError('POST /tokenize did not answer vLLM\'s {"tokens": [ids], ...}',
+                               fault=True)  # fmt: skip
+        return ids
+
+    return decode, encode
+
+
 async def served_vocab_size(client: httpx.AsyncClient, model: str, timeout_s: float) -> int:
     """The `vocab_size` GET /v1/models lists for `model` (wse serve lists it; vLLM does not:
     then DatasetError asking for --random-vocab-size)."""
@@ -156,6 +219,10 @@ async def draw(cfg: LoadTestConfig, client: httpx.AsyncClient, model: str) -> Sa
     if isinstance(spec, RandomSpec):
         spec.check_in_flight(cfg.concurrency)
         vocab = spec.vocab_size or await served_vocab_size(client, model, cfg.timeout_s)
-        return random_sample(spec, num, seed, vocab)
+        ids = random_sample(spec, num, seed, vocab)
+        if cfg.backend != CHAT:  # sent as they are
+            return ids
+        decode, encode = text_codec(client, model, cfg.timeout_s)  # a chat's prompt is text
+        return await random_text_sample(ids, decode, encode, num=num, width=cfg.concurrency)
     count = tokenize_count(client, model, cfg.timeout_s)
     return await sharegpt_sample(spec, count, num=num, seed=seed, width=cfg.concurrency)

@@ -128,8 +128,6 @@ class LoadTestConfig:
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}")
-        if self.backend == CHAT and isinstance(self.dataset, RandomSpec):
-            raise ValueError("the random dataset sends token ids, which a chat cannot take")
 
     @property
     def sends_ignore_eos(self) -> bool:  # vLLM's bench sets it for its random dataset
