@@ -262,5 +262,8 @@ def test_more_than_four_stop_strings_and_the_limit_lifts(server, monkeypatch):
     assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
     assert "at most 64 strings, got 65 (set WSE_LIMIT_SERVE_STOP_STRINGS to lift it)" in (
         r.json()["error"]["message"])  # fmt: skip
-    monkeypatch.setenv("WSE_LIMIT_SERVE_STOP_STRINGS", "100")
-    assert httpx.post(url, json={**PROMPT, "stop": many}, timeout=10).status_code == 200
+    monkeypatch.setenv("WSE_LIMIT_SERVE_STOP_STRINGS", "100")  # read when a server is built
+    with running_server(max_slots=2) as lifted:
+        body = {**PROMPT, "stop": many}
+        r = httpx.post(lifted.http_url + "/v1/completions", json=body, timeout=10)
+        assert r.status_code == 200, r.text

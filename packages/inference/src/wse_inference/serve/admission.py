@@ -7,10 +7,11 @@ One validator for both front ends, in the order a request meets it:
    depth (HTTP; protobuf messages have a fixed depth);
 2. before any tokenization, `check_sampling` (every sampling setting: temperature in [0, 2]
    (OpenAI's range), top_p, top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most
-   `max_stop` stop strings (`LIMITS["serve_stop_strings"]`; empty ones counted, then refused
-   as vLLM does) of at most `max_stop_chars` characters each and `max_stop_token_ids` stop
-   token ids, a seed that is a 64-bit signed integer, also seed + n - 1 for n choices,
-   min_tokens in 0..max_tokens in vLLM's words, once max_tokens is known) and
+   `stop_strings` stop strings (`LIMITS["serve_stop_strings"]`, read when the limits are
+   built; empty ones counted, then refused as vLLM does) of at most `max_stop_chars`
+   characters each and `max_stop_token_ids` stop token ids, a seed that is a 64-bit signed
+   integer, also seed + n - 1 for n choices, min_tokens in 0..max_tokens in vLLM's words,
+   once max_tokens is known) and
    `encode_prompt`, which refuses a prompt text longer in UTF-8 bytes than `max_context`
    tokens of this tokenizer can hold (`tokenizer.max_token_bytes`, when the tokenizer
    declares it) before encoding it;
@@ -77,6 +78,11 @@ class RequestLimits:
     # stop strings; None: LIMITS["serve_stop_strings"] (64, WSE_LIMIT_SERVE_STOP_STRINGS
     # lifts it; hunt 79: OpenAI's 4, fixed, refused an lm-eval task's `until` list)
     max_stop: int | None = None
+    # the stop strings a request may give: `max_stop`, or the limit in force when these limits
+    # were built, read once here (hunt 80: read at every request, a bad
+    # WSE_LIMIT_SERVE_STOP_STRINGS turned each request into a 500; now `RequestLimits()`,
+    # and so `ServeConfig()`, refuses it with its one line)
+    stop_strings: int = dataclasses.field(init=False, compare=False)
     # characters of one stop string (hunt 59: 1 MB stops were taken; the stream holds back
     # len - 1 characters of text to match one, so a stop that long held a whole completion
     # back): 40x the longest end markers of chat templates ('<|eot_id|>', '\n\nHuman:')
@@ -102,6 +108,12 @@ class RequestLimits:
     # sent). nginx's lingering close reads for at most 30 s; Go's server reads 256 KiB.
     max_discard_bytes: int = 64 * 2**20  # 32 bodies of max_body_bytes: ~5 s at 100 Mbit/s
     discard_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        given = self.max_stop
+        object.__setattr__(
+            self, "stop_strings", limit("serve_stop_strings") if given is None else given
+        )
 
 
 class InvalidRequestError(WseError):
@@ -225,7 +237,7 @@ def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimit
         k = getattr(sampling, name)
         if k is not None and not 0 <= k <= MAX_LOGPROBS:
             raise InvalidRequestError(f"{name} must be in 0..{MAX_LOGPROBS}, got {k}.", param=name)
-    max_stop = limit("serve_stop_strings") if limits.max_stop is None else limits.max_stop
+    max_stop = limits.stop_strings
     if len(sampling.stop) > max_stop:
         lifted = f" ({lift('serve_stop_strings')})" if limits.max_stop is None else ""
         raise InvalidRequestError(

@@ -11,7 +11,9 @@ The HTTP routes (OpenAI's /v1/completions, /v1/chat/completions and /v1/models, 
 /metrics, vLLM's /tokenize, /detokenize and /version) and their error bodies are
 `wse_inference.serve.routes`' (`build_app`); this module runs them.
 
-`Server(engine, ServeConfig(...))` wires everything; `.start()` runs it on background threads
+`Server(engine, ServeConfig(...))` wires everything, after refusing a bad `WSE_LIMIT_*`
+variable with its one-line `WseError`, as the `wse` root does (the stop-string limit is read
+once, when the config's `RequestLimits` are built); `.start()` runs it on background threads
 (tests, demos) and `.close()` drains and stops it; `serve(engine, config)` runs in the
 foreground until SIGTERM or SIGINT, then drains: no new connections, requests in flight run
 to completion for up to `drain_s`, what is left ends with an error event, and the process
@@ -37,6 +39,7 @@ from typing import Any
 
 import uvicorn
 from wse_core.errors import WseError
+from wse_core.host.limits import check_variables
 
 from wse_inference.engine import Engine
 from wse_inference.serve.addresses import listening_socket, netloc
@@ -67,7 +70,9 @@ class ServeConfig:
     chat_template: str | None = None  # Jinja; overrides the tokenizer's (vLLM's --chat-template)
     # vLLM's --chat-template-content-format: "auto", "string" or "openai" (see chat_template)
     chat_template_content_format: str = "auto"
-    limits: RequestLimits = RequestLimits()  # body size, JSON depth, stop strings (both APIs)
+    # body size, JSON depth, stop strings (both APIs); built with each config, so the stop
+    # limit in force then is read (hunt 80: a default built at import read it at every request)
+    limits: RequestLimits = dataclasses.field(default_factory=RequestLimits)
     cors: CorsConfig = CorsConfig()  # vLLM's --allowed-origins and the rest, its defaults
 
 
@@ -122,7 +127,11 @@ class _DrainingUvicorn(uvicorn.Server):
 class Server:
     """Scheduler + HTTP (+ gRPC) over one engine; see the module docstring."""
 
-    def __init__(self, engine: Engine, config: ServeConfig = ServeConfig()) -> None:
+    def __init__(self, engine: Engine, config: ServeConfig | None = None) -> None:
+        # every WSE_LIMIT_* variable checked here, as the `wse` root checks them (hunt 80: a
+        # bad value started the server and turned each request into a 500)
+        check_variables()
+        config = ServeConfig() if config is None else config
         self.engine = engine
         self.config = config
         self.model_names = config.model_names or (engine.model_name,)

@@ -342,7 +342,7 @@ def build_grpc_server(
     host: str,
     port: int,
     model_names: Sequence[str],
-    limits: RequestLimits = RequestLimits(),
+    limits: RequestLimits | None = None,  # None: the scheduler's
     metrics: ServeMetrics | None = None,
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """An unstarted gRPC server bound to host:port, the port it got, and its standard
@@ -352,6 +352,7 @@ def build_grpc_server(
     RPC limit exceeded!", no retry-after, health checks too): every call reaches a worker, and
     the pool has one for every slot and queue place plus spare ones, so a refusal is the
     scheduler's and a health check never waits behind streams (Watch holds no worker)."""
+    limits = scheduler.limits if limits is None else limits
     workers = scheduler.engine.max_slots + scheduler.max_queued + _SPARE_WORKERS
     pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wse-grpc")
     server = grpc.server(pool, options=[("grpc.max_receive_message_length", limits.max_body_bytes)])

@@ -85,10 +85,11 @@ def build_app(
     model_names: Sequence[str],
     chat_template: str | None = None,
     content_format: str = "auto",
-    limits: RequestLimits = RequestLimits(),
+    limits: RequestLimits | None = None,  # None: the scheduler's
     cors: CorsConfig = CorsConfig(),
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
+    limits = scheduler.limits if limits is None else limits
     # no /openapi.json either (hunt 58b: it described FastAPI's 422 bodies, which this server
     # never sends, and warned of duplicate operation ids on every fetch); a JSON 404 instead
     app = FastAPI(title="wse-stack inference", docs_url=None, redoc_url=None, openapi_url=None)

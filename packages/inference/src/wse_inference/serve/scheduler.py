@@ -80,11 +80,11 @@ class Scheduler:
         *,
         max_queued: int = 64,
         observer: SchedulerObserver | None = None,
-        limits: RequestLimits = RequestLimits(),
+        limits: RequestLimits | None = None,  # None: built here, as the server builds its own
     ) -> None:
         self.engine = engine
         self.max_queued = max_queued
-        self.limits = limits
+        self.limits = RequestLimits() if limits is None else limits
         self.observer = observer
         self._eos_ids = rq.model_eos_ids(engine)  # vLLM's stop_reason of an EOS: null
         self._cond = threading.Condition()
