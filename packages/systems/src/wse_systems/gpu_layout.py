@@ -316,16 +316,20 @@ def no_layout_error(
 ) -> GpuMemoryError:  # fmt: skip
     """Why no layout of `num_gpus` runs: too few GPUs to hold the model (naming the fewest
     with a layout: below them, a split of `num_gpus` exists and overflows, or their memory
-    all together holds less than the parameters' states), or no data x tensor x pipeline
-    split of that many (a `GpuLayoutError` naming the nearest counts that have one, below
-    and above: `train_counts`). Review 79: below the fewest with a layout, memory was
-    blamed where no split of the count exists at all (Llama 3 70B, batch 16, on 18 H100s:
-    their 1,392 GB usable hold its 1,270 GB of states, but 3 divides 18 and none of the 64
-    heads, the 80 layers or the batch)."""
+    all together holds less than the parameters' states); above them, splits that all
+    overflow (`_overflow_error`: memory named, with the nearest counts that have a layout);
+    or no data x tensor x pipeline split of that many (a `GpuLayoutError` naming the
+    nearest counts that have one, below and above: `train_counts`). Review 79: below the
+    fewest with a layout, memory was blamed where no split of the count exists at all
+    (Llama 3 70B, batch 16, on 18 H100s: their 1,392 GB usable hold its 1,270 GB of states,
+    but 3 divides 18 and none of the 64 heads, the 80 layers or the batch). Review 80: above
+    them, splits that all overflow were told to mind the divisibility rules (Llama 3 70B,
+    batch 48, on 24 H100s: every split is a replica of at most 8 GPUs, 159 GB of states a
+    GPU)."""
     need = min_train_gpus(model, gpu, seq_len=seq_len, batch=batch)
-    split = _any_split(model, gpu, num_gpus, batch)
+    splits = _megatron_splits(model, gpu, num_gpus, batch)
     states = BYTES_PER_PARAM_TRAIN * num_params(model)
-    if num_gpus < need and (split or num_gpus * USABLE_MEMORY * gpu.memory_bytes < states):
+    if num_gpus < need and (splits or num_gpus * USABLE_MEMORY * gpu.memory_bytes < states):
         return GpuMemoryError(
             f"{num_gpus} x {gpu.name} cannot train this model "
             f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes (fp32 "
@@ -337,28 +341,58 @@ def no_layout_error(
     i = bisect.bisect_left(counts, num_gpus)
     near = [counts[j] for j in (i - 1, i + (i < len(counts) and counts[i] == num_gpus))
             if 0 <= j < len(counts)]  # fmt: skip
-    what = "no layout" if split else f"no data x tensor x pipeline split of {num_gpus} GPUs"
+    use = f"use {' or '.join(map(str, near)) or 'another count of'} GPUs"
+    if splits:  # memory alone refuses them: `layouts` keeps every split that fits
+        return _overflow_error(model, gpu, (num_gpus, need), (seq_len, batch), splits, use)
     return GpuLayoutError(
-        f"{num_gpus} x {gpu.name}: {what} runs the global batch of {batch} sequences: "
+        f"{num_gpus} x {gpu.name}: no data x tensor x pipeline split of {num_gpus} GPUs runs "
+        f"the global batch of {batch} sequences: "
         f"Megatron-LM needs data-parallel ranks that divide it (tensor parallel up to "
         f"{gpu.gpus_per_node} in a node dividing the {model.n_heads} heads and "
         f"{model.n_kv_heads} KV heads, pipeline parallel dividing the {model.n_layers} "
-        f"layers, the rest data parallel, within memory); use "
-        f"{' or '.join(map(str, near)) or 'another count of'} GPUs"
+        f"layers, the rest data parallel, within memory); {use}"
     )
 
 
-def _any_split(model: DecoderShape, gpu: GpuSpec, num_gpus: int, batch: int) -> bool:
-    """Whether `num_gpus` has a data x tensor x pipeline split Megatron-LM accepts, memory
-    aside: tp up to a node dividing the heads and KV heads (each group in a node), pp
+def _overflow_error(
+    model: DecoderShape, gpu: GpuSpec, counts: tuple[int, int], job: tuple[int, int],
+    splits: list[tuple[int, int, int]], use: str,
+) -> GpuMemoryError:  # fmt: skip
+    """The refusal of `num_gpus` (`counts`: it and the fewest with a layout, fewer) whose
+    Megatron-LM splits (`splits`: (tp, pp, dp)) all overflow memory: the largest replica
+    among them, the least a GPU of any of them holds (one-sequence micro-batches, the least
+    memory), the fewest GPUs with a layout and that layout, and the nearest counts."""
+    (num_gpus, need), (seq_len, batch) = counts, job
+    least = min(train_bytes(model, seq_len, tp, pp, in_flight=batch // dp)
+                for tp, pp, dp in splits)  # fmt: skip
+    fewest = next(layouts(model, gpu, need, seq_len, batch))
+    return GpuMemoryError(
+        f"{num_gpus} x {gpu.name} cannot train this model at a global batch of {batch}: "
+        f"every data x tensor x pipeline split of {num_gpus} GPUs Megatron-LM runs is a "
+        f"replica of at most {max(tp * pp for tp, pp, _ in splits)} GPUs (tp x pp), whose "
+        f"busiest GPU holds at least {least / 1e9:.1f} GB "
+        f"({num_params(model) / 1e9:.3g}B parameters x {BYTES_PER_PARAM_TRAIN} bytes + "
+        f"activations), more than the {USABLE_MEMORY * gpu.memory_bytes / 1e9:.1f} GB of its "
+        f"memory usable; "
+        f"the fewest GPUs with a layout are {need} (dp {fewest.dp} x tp {fewest.tp} x pp "
+        f"{fewest.pp}); {use}"
+    )
+
+
+def _megatron_splits(
+    model: DecoderShape, gpu: GpuSpec, num_gpus: int, batch: int
+) -> list[tuple[int, int, int]]:  # fmt: skip
+    """The data x tensor x pipeline splits (tp, pp, dp) of `num_gpus` Megatron-LM accepts,
+    memory aside: tp up to a node dividing the heads and KV heads (each group in a node), pp
     dividing the layers, dp = num_gpus / (tp pp) dividing `batch` (O(node x layers))."""
     node = gpu.gpus_per_node
-    return any(
-        num_gpus % (tp * pp) == 0 and batch % (num_gpus // (tp * pp)) == 0
+    return [
+        (tp, pp, num_gpus // (tp * pp))
         for tp in range(1, node + 1)
         if model.n_heads % tp == 0 == model.n_kv_heads % tp and _tp_in_node(tp, num_gpus, node)
         for pp in divisors(model.n_layers)
-    )
+        if num_gpus % (tp * pp) == 0 and batch % (num_gpus // (tp * pp)) == 0
+    ]
 
 
 @functools.cache
