@@ -146,8 +146,8 @@ def _check_dump_folder(raw: str) -> None:
         above = os.path.dirname(above)
     try:
         if not os.path.isdir(above):
-            what = "is" if above == path else f"is under {shown(above)}, which is"
-            raise NotADirectoryError(0, f"it {what} a file, not a folder")
+            what = "is" if above == path else f"is under {shown(above, head=240)}, which is"
+            raise NotADirectoryError(0, f"it {what} {_no_folder(above)}")
         os.rmdir(tempfile.mkdtemp(prefix=".wse-probe-", dir=above))
     except OSError as e:
         why = e.strerror if e.errno == 0 else f"cannot make a folder in {above}: {e.strerror}"
@@ -155,6 +155,23 @@ def _check_dump_folder(raw: str) -> None:
             f"XLA_FLAGS: --xla_dump_to={shown(raw, quote=False, head=240)} is no folder XLA "
             f"can make or write ({why}); give a writable folder, or unset XLA_FLAGS"
         ) from None
+
+
+def _no_folder(path: str) -> str:
+    """What `path`, which exists (or is a link) and is no folder, is: a symbolic link to
+    nothing (review 80: it was called a file), a file, a device, a FIFO or a socket."""
+    import stat
+
+    if not os.path.exists(path):  # lexists: a link that leads to nothing
+        target = os.readlink(path)
+        where = os.path.join(os.path.dirname(path), target)  # a relative target: from the link
+        ends = ("does not exist" if not os.path.lexists(where)
+                else "leads to nothing: a chain of links that ends nowhere or loops")  # fmt: skip
+        return f"a symbolic link to {shown(target, head=240)}, which {ends}"
+    mode = os.stat(path).st_mode
+    kinds = ((stat.S_ISCHR, "device"), (stat.S_ISBLK, "device"), (stat.S_ISFIFO, "FIFO"),
+             (stat.S_ISSOCK, "socket"))  # fmt: skip
+    return f"a {next((k for test, k in kinds if test(mode)), 'file')}, not a folder"
 
 
 def note_ignored(environ: Mapping[str, str] = os.environ) -> None:
