@@ -160,7 +160,7 @@ def test_keys_that_change_nothing_are_read_with_a_note(tmp_path, override, note)
     ("override", "says"),
     [
         ("optimizer.loss_scaling_factor=128.0", "is a static loss scale"),
-        ("optimizer.loss_scaling_factor=static", 'must be a number or "dynamic"'),
+        ("optimizer.loss_scaling_factor=static", 'must be a positive number or "dynamic"'),
         ("optimizer.initial_loss_scale=-1", "must be a positive number"),
         ("optimizer.steps_per_increase=0", "must be a count >= 1"),
         ("train_input.prefetch_factor=0", "must be a count >= 1"),

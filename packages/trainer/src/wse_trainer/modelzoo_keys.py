@@ -127,7 +127,10 @@ class Ignored(NamedTuple):
 
 
 def _count(value: Any, least: int) -> bool:
-    return value is None or (type(value) is int and value >= least)
+    """null, or a whole number >= `least`: ModelZoo's pydantic int fields take a whole float
+    (2.0 is 2; review 80: it was refused here), not a bool nor 2.5."""
+    whole = type(value) is int or (type(value) is float and value.is_integer())
+    return value is None or (whole and value >= least)
 
 
 def ignored(section: str, key: str, value: Any) -> Ignored | None:
@@ -141,8 +144,13 @@ def ignored(section: str, key: str, value: Any) -> Ignored | None:
         want = {"num_workers": "a count >= 0", "prefetch_factor": "a count >= 1"}
         if ok:
             return Ignored("loader", None)
-        why = f"{where} must be {want.get(key, 'true or false')}, got {_yaml(value)}"
-        return Ignored(None, f"{why} (ignored here: {IGNORED_NOTES['loader']})")
+        # review 80: "(ignored here: ...: ignored)" refused the key while saying it is dropped
+        return Ignored(
+            None,
+            f"{where} must be {want.get(key, 'true or false')} as ModelZoo requires, got "
+            f"{_yaml(value)} (a PyTorch DataLoader setting: no loader runs here, so a valid one "
+            "is read and dropped); fix it, or leave the key out",
+        )
     if section != "optimizer" or key not in LOSS_SCALE_KEYS:
         return None
     number = isinstance(value, int | float) and not isinstance(value, bool)
@@ -151,8 +159,10 @@ def ignored(section: str, key: str, value: Any) -> Ignored | None:
             return Ignored("dynamic", None)
         if value is None or (number and value == 1):
             return Ignored("scale", None)
-        if not number:
-            return Ignored(None, f'{where} must be a number or "dynamic", got {_yaml(value)}')
+        if not (number and 0 < value < math.inf):  # review 80: -1, 0 and .nan were "scales"
+            return Ignored(
+                None, f'{where} must be a positive number or "dynamic", got {_yaml(value)}'
+            )
         return Ignored(
             None,
             (
@@ -385,7 +395,10 @@ def model_values(
 
 
 def _yaml(value: Any) -> str:
-    """A value as a params file gives it (`null`, `true`, `0.0`, 'learned'), bounded."""
+    """A value as a params file gives it (`null`, `true`, `0.0`, 'learned', `.nan`, `-.inf`),
+    bounded."""
     if isinstance(value, bool) or value is None:
         return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, float) and not math.isfinite(value):  # YAML's spelling (review 80)
+        return ".nan" if math.isnan(value) else "-.inf" if value < 0 else ".inf"
     return shown_value(value)

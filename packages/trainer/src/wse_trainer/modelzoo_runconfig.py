@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wse_core.errors import shown
+from wse_core.errors import shown_value
 
 __all__ = ["READ_AS_RUNS", "autoload_problem", "runconfig_read"]
 
@@ -46,9 +46,10 @@ def runconfig_read(data: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]
     value = data.get(AUTOLOAD)
     if value is None or isinstance(value, bool):
         return out, None
-    return out, (
-        f"runconfig.autoload_checkpoint must be true or false, got {shown(value, quote=False)} "
-        "(true, ModelZoo's default, is what runs here: leave the key out)"
+    return out, (  # review 80: "(true ... is what runs here)" outlived false running too
+        f"runconfig.autoload_checkpoint must be true or false, got {shown_value(value)} (true, "
+        "ModelZoo's default, resumes from model_dir's newest checkpoint; false starts from "
+        "scratch in a new model_dir, or from --checkpoint-path's step)"
     )
 
 
