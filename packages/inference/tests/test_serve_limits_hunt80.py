@@ -85,3 +85,20 @@ def test_a_given_count_is_not_the_variables(monkeypatch):
     with pytest.raises(InvalidRequestError) as info:
         check_sampling(SamplingParams(stop=("a", "b", "c", "d")), limits=limits)
     assert str(info.value) == "stop must be a string or a list of at most 3 strings, got 4."
+
+
+def test_the_proto_and_the_limit_say_the_stop_limit_moves_and_what_it_bounds():
+    """Review 80 (hole 8): generation.proto said "more than 64 stop strings" is refused, and
+    the limit's own words named HTTP and gRPC only, where `wse infer generate --stop` is
+    bounded by it too (hunt 59's test and the hostile bench's review 80 case). The proto's
+    comments are not in its generated stubs (the descriptor holds no comments)."""
+    from wse_core.host.limits import LIMITS
+    from wse_inference.serve.proto import PROTO_PATH
+
+    lim = LIMITS["serve_stop_strings"]
+    text = " ".join(line.removeprefix("//").strip() for line in PROTO_PATH.read_text().splitlines())
+    assert "more than 64 stop strings" not in text  # before: the count alone
+    assert f"more stop strings than the server's limit ({lim.value()} unless {lim.env}" in text
+    assert "--stop" in lim.what and "gRPC stop" in lim.what
+    pb2, _ = load_stubs()
+    assert "WSE_LIMIT" not in str(pb2.DESCRIPTOR.serialized_pb)  # comments: no regeneration

@@ -115,7 +115,7 @@ LIMITS: dict[str, Limit] = {
             "serve_stop_strings",
             lambda: 64,
             "stop strings",
-            "stop strings of one request (HTTP stop, gRPC stop)",
+            "stop strings of one request (HTTP stop, gRPC stop, wse infer generate --stop)",
             "each is searched in the held-back text at every token: 64 of 1,024 characters "
             "cost 0.34 ms a token here, 256 1.6 ms; vLLM sets no bound, OpenAI 4 (hunt 79: "
             "4 was fixed, so an lm-eval task's longer `until` list was refused)",
