@@ -92,6 +92,7 @@ from wse_core.errors import SpecError, WseError, suggest
 from wse_systems.gpu_kernels import KERNEL, KERNEL_KEY, KERNELS_PER_LAYER, KERNELS_PER_STEP
 from wse_systems.gpu_layout import (
     BYTES_PER_PARAM_TRAIN,
+    FP32_BYTES,
     GRAD_BYTES,
     SENDS_PER_MICRO,
     TRAIN_CONFIG,
@@ -117,7 +118,7 @@ from wse_systems.transformer import (
 )
 
 __all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY",
-           "GRAD_BYTES", "TRAIN_CONFIG",
+           "GRAD_BYTES", "FP32_BYTES", "TRAIN_CONFIG",
            "GpuSpec", "GpuMemoryError", "GpuLayoutError", "ModelShape", "TrainLayout",
            "TrainStep", "TrainFloor", "gpu_spec", "ring_allreduce_s", "train_flops_per_token",
            "stage_flops_per_token", "embedding_allreduce_s",

@@ -119,10 +119,16 @@ __all__ = ["BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY", "WEIGHT_BYTES", "ACT_WORKIN
            "min_train_gpus", "train_counts", "no_layout_error", "dp_ring_in_node",
            "stage_hop_s", "stage_params", "SENDS_PER_MICRO", "StageBytes", "stage_bytes",
            "TOKEN_ID_BYTES", "LOGIT_BYTES", "embedding_pair_in_node", "ring_allreduce_s",
-           "embedding_allreduce_s", "GRAD_BYTES", "TRAIN_CONFIG"]  # fmt: skip
+           "embedding_allreduce_s", "GRAD_BYTES", "FP32_BYTES", "TRAIN_CONFIG"]  # fmt: skip
 
-BYTES_PER_PARAM_TRAIN = 18  # bf16 weight 2 + fp32 main grad 4 + fp32 master, Adam m, v 12
-GRAD_BYTES = 4  # fp32 main gradients: the dp ring's and the tied all-reduce's bytes a value
+FP32_BYTES = 4  # an fp32 word (IEEE 754 binary32): the master weight's, Adam m's and v's
+WEIGHT_BYTES = 2  # bf16 weights, activations and their gradients
+# fp32 main gradients (Megatron's --bf16 default; 2 under --grad-reduce-in-bf16): the dp
+# ring's and the tied all-reduce's bytes a value (review 80: the fp32 word was spelled with it)
+GRAD_BYTES = FP32_BYTES
+# bf16 weight 2 + main gradient 4 + fp32 master, Adam m, v 12 = 18 (Megatron's distrib_optimizer
+# doc: 18 for bf16 parameters with fp32 gradients, 16 with bf16 gradients)
+BYTES_PER_PARAM_TRAIN = WEIGHT_BYTES + GRAD_BYTES + 3 * FP32_BYTES
 # The Megatron-LM configuration priced (module docstring), with its sources; its byte
 # counts read the constants (review 79: a note said 16 where 18 was priced)
 TRAIN_CONFIG = (
@@ -131,11 +137,10 @@ TRAIN_CONFIG = (
     f"--use-distributed-optimizer: {BYTES_PER_PARAM_TRAIN} bytes a parameter "
     "(megatron/training/arguments.py; Megatron Core's distrib_optimizer doc, bf16 parameters "
     f"with fp32 gradients: {BYTES_PER_PARAM_TRAIN}, "
-    f"{BYTES_PER_PARAM_TRAIN - 3 * GRAD_BYTES} + {3 * GRAD_BYTES}/dp distributed; "
+    f"{BYTES_PER_PARAM_TRAIN - 3 * FP32_BYTES} + {3 * FP32_BYTES}/dp distributed; "
     "theoretical_memory_usage.py)"
 )
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
-WEIGHT_BYTES = 2  # bf16 weights, gradients and activations
 ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
 SENDS_PER_MICRO = 2  # a stage's hops a micro-batch: activations forward, gradients back
 TOKEN_ID_BYTES = 8  # the first stage's int64 input ids, a token (Megatron's accounting)

@@ -75,8 +75,9 @@ UNPRICED = ("not priced: checkpoint saves (MemoryX's masters and optimizer state
             "no sourced write rate) and evaluations (a params file's eval passes; `wse train` "
             "prices one); --tokens is priced as training steps only")  # fmt: skip
 
-# fp32 training's state a parameter: fp32 weight, gradient, Adam m and v (no separate master)
-_FP32_STATE_BYTES = 4 * gpum.GRAD_BYTES
+# fp32 training's state a parameter: fp32 weight, gradient, Adam m and v (no separate master),
+# four fp32 words (review 80: spelled 4 x GRAD_BYTES, the all-reduce's bytes a value)
+_FP32_STATE_BYTES = 4 * gpum.FP32_BYTES
 
 
 def _peak_source(gpu_precision: str) -> str:
@@ -85,14 +86,15 @@ def _peak_source(gpu_precision: str) -> str:
     from `gpu_layout`'s constants (review 79: "16 bytes/param" stood beside a priced 18)."""
     if gpu_precision == "bf16":
         return "dense bf16 tensor cores (NVIDIA datasheet), fp32 masters"
-    bpp = gpum.BYTES_PER_PARAM_TRAIN
+    bpp, grad, word = gpum.BYTES_PER_PARAM_TRAIN, gpum.GRAD_BYTES, gpum.FP32_BYTES
+    own = "fp32's own" if grad == word else f"fp32's is {word}"
     return (
         'fp32 on the CUDA cores (NVIDIA datasheet "FP32"; wse_models multiplies fp32 at '
         "Precision.HIGHEST, so not on TF32 tensor cores, which round the operands); memory "
         f"and gradient all-reduce as bf16's: {bpp} bytes a parameter priced where fp32 "
         f"training needs {_FP32_STATE_BYTES} (weight, gradient, Adam m and v, "
-        f"{gpum.GRAD_BYTES} each), so {bpp - _FP32_STATE_BYTES} more than it holds; gradients "
-        f"all-reduced at {gpum.GRAD_BYTES} bytes a value, fp32's own; fp32's activations and "
+        f"{word} each), so {bpp - _FP32_STATE_BYTES} more than it holds; gradients "
+        f"all-reduced at {grad} bytes a value, {own}; fp32's activations and "
         f"stage sends priced at bf16's {gpum.WEIGHT_BYTES} bytes a value, half theirs"
     )
 
