@@ -149,7 +149,10 @@ def serve_rows(model_dir: str, env: dict[str, str], wse: list[str], every_s: flo
     log = open(folder.parent / "serve.log", "w+")  # noqa: SIM115  read back on a failed start
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
     try:
-        return _rows(proc, log, port, grpc_port, every_s, bench=(wse, env))
+        from hostile_cases_hunt80 import hunt80_python_api_row
+
+        rows = _rows(proc, log, port, grpc_port, every_s, bench=(wse, env))
+        return [*rows, hunt80_python_api_row(env)]
     finally:  # a row that raised left the server running past the bench (hunt 60)
         if proc.poll() is None:
             proc.kill()
@@ -160,6 +163,7 @@ def _rows(proc, log, port: int, grpc_port: int, every_s: float, bench=None) -> l
     """`serve_rows`' requests against the started server `proc` (and, with `bench` the
     `(wse, env)` to run it by, a `wse infer bench` every request of which it refuses)."""
     import httpx
+    from hostile_cases_hunt80 import hunt80_requests
     from soak_server import grpc_drain
     from soak_traffic import hostile_body
 
@@ -216,12 +220,14 @@ def _rows(proc, log, port: int, grpc_port: int, every_s: float, bench=None) -> l
     long_stop = {"model": model, "prompt": "a", "max_tokens": 2, "stop": ["s" * 1_000_000]}
     requests += [("a stop string of 1,000,000 characters (hunt 59)", "/v1/completions",
                   httpx.Request("POST", url, json=long_stop).content, 400)]  # fmt: skip
+    requests += hunt80_requests(model)
     rows = []
     for name, path, body, want, *how in requests:
         method, ctype = how if how else ("POST", "application/json")
+        # a content type, or the headers as a list of pairs (one given twice: review 80)
+        headers = ctype if isinstance(ctype, list) else {"content-type": ctype}
         peak[0], t0 = 0, time.perf_counter()
-        r = httpx.request(method, url + path, content=body, timeout=60,
-                          headers={"content-type": ctype})  # fmt: skip
+        r = httpx.request(method, url + path, content=body, timeout=60, headers=headers)
         try:
             message = r.json()["error"]["message"]
         except Exception:  # noqa: BLE001  not an OpenAI error body: the row fails
