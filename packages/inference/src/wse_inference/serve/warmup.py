@@ -8,7 +8,10 @@ Contract: `warm_up(scheduler, timeout_s=...)` runs, kept out of /metrics (`obser
    decode state, the decode step, the logprobs' programs;
 2. once (1) has had a decode step, a sampled request with a seed, top-k, top-p and all three
    penalties: the first token with penalties, an insert into the state a decode step
-   returned while another slot decodes (admission under load), a decode step over both;
+   returned while another slot decodes (admission under load), a decode step over both.
+   On a one-slot engine it is sent once (1) has ended (no other slot can decode beside it),
+   so the warm-up never asks for a queue place: hunt 80, `--max-num-seqs 1 --max-queued 0`
+   (and any 1-layer model with `--max-queued 0`) died at start-up on the warm-up's own 429;
 3. after both end, a one-token request (no seed): it ends at its prefill, in an engine
    iteration after (1)'s and (2)'s slots were released, so the release's program is run
    before `warm_up` returns.
@@ -107,7 +110,10 @@ def warm_up(scheduler: Scheduler, *, timeout_s: float = 600.0) -> list[float]:
                 raise TimeoutError(f"the engine did not answer a warm-up request in {timeout_s} s")
 
     first = submit(*greedy)
-    wait(lambda: first.events >= 2 or first.done)  # it has been through a decode step
+    if engine.max_slots < 2:  # the only slot is (1)'s: (2) would wait in the queue
+        wait(lambda: first.done)
+    else:
+        wait(lambda: first.events >= 2 or first.done)  # it has been through a decode step
     second = submit(*penalized)
     wait(lambda: first.done and second.done)
     last = submit(*closing, on_end=getattr(engine, "reset_metrics", None))
