@@ -21,10 +21,12 @@ full-context prompt's scores (4); tokens and chunks counted by hand per second (
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from wse_inference.engine import SamplingParams
 from wse_inference.mock import MockEngine
 from wse_inference.serve.app import ServeConfig, Server
+from wse_inference.serve.testing import running_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,3 +70,33 @@ def test_the_warm_up_runs_within_a_zero_queue(max_slots):
     # slots the penalized one beside the greedy one (1 slot busy), as the warm-up's contract
     # asks; with one slot, once the greedy one has left it
     assert engine.busy_at_insert == [0, max_slots - 1]
+
+
+# -- hole 2: vLLM's newer output-changing fields are refused --------------------------------------
+@pytest.fixture(scope="module")
+def server():
+    with running_server(max_slots=2) as s:
+        yield s
+
+
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize(
+    ("field", "value", "neutral"),
+    [
+        ("logprob_token_ids", [5], None),  # logprobs of these ids in place of the top-k
+        ("logprob_token_ids", [], None),  # vLLM's min_length 1: its 400 too
+        ("repetition_detection", {"max_pattern_size": 2, "min_count": 2}, None),  # ends early
+        ("watermarking", True, False),  # changes the sampled tokens
+    ],
+)
+def test_vllms_newer_sampling_fields_are_a_400_naming_them(server, route, field, value, neutral):
+    base = CHAT if route.endswith("chat/completions") else PROMPT
+    body = {**base, "logprobs": True if "chat" in route else 1, field: value}
+    r = httpx.post(server.http_url + route, json=body, timeout=10)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["message"].startswith(f"{field} is not supported by this server; leave it out")
+    assert err["param"] == field
+    for ok in {None, neutral}:  # null is "not given", as in vLLM; false is watermarking's off
+        r = httpx.post(server.http_url + route, json={**body, field: ok}, timeout=10)
+        assert r.status_code == 200, r.text

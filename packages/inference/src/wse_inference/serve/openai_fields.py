@@ -155,6 +155,13 @@ NOT_HONOURED: dict[str, Any] = {
     "web_search_options": None,
     "modalities": ["text"],
     "reasoning_effort": None,  # this server's models do not reason (OpenAI refuses it too)
+    # vLLM's SamplingParams fields of its newer protocol (completion/ and chat_completion/
+    # protocol.py; hunt 80: each ignored, a 200): the logprobs of chosen ids in place of the
+    # top-k (vLLM's min_length 1: [] is its 400 too), an early end on repeated n-grams, and a
+    # watermark on the sampled tokens
+    "logprob_token_ids": None,
+    "repetition_detection": None,
+    "watermarking": False,
 }
 
 
