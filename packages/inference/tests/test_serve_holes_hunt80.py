@@ -25,8 +25,10 @@ import httpx
 import pytest
 from wse_inference.engine import SamplingParams
 from wse_inference.mock import MockEngine
+from wse_inference.serve.admission import QueueFullError
 from wse_inference.serve.app import ServeConfig, Server
-from wse_inference.serve.testing import running_server
+from wse_inference.serve.scheduler import Scheduler
+from wse_inference.serve.testing import running_server, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -100,3 +102,59 @@ def test_vllms_newer_sampling_fields_are_a_400_naming_them(server, route, field,
     for ok in {None, neutral}:  # null is "not given", as in vLLM; false is watermarking's off
         r = httpx.post(server.http_url + route, json={**body, field: ok}, timeout=10)
         assert r.status_code == 200, r.text
+
+
+# -- hole 3: the 429 of an n > 1 request says what is true ----------------------------------------
+def _sampling() -> SamplingParams:
+    return SamplingParams(max_tokens=2)
+
+
+def _submit(scheduler: Scheduler, n: int) -> None:
+    scheduler.submit_choices(prompt_ids=[97], samplings=[_sampling()] * n,
+                             sinks=[lambda ev: None] * n)  # fmt: skip
+
+
+def test_a_requests_choices_are_admitted_together_and_counted_as_its_own():
+    """Not started, the scheduler admits nothing: queued requests take the free slots first.
+    2 slots, queue limit 1, one request waiting: 1 slot spare, 0 requests queued for one; n = 3
+    needs 3 - 1 = 2 queue places (> 1: refused, nothing of it left), n = 2 needs 1 (admitted)."""
+    scheduler = Scheduler(MockEngine(max_slots=2), max_queued=1)
+    _submit(scheduler, 1)
+    with pytest.raises(QueueFullError) as info:
+        _submit(scheduler, 3)
+    assert str(info.value) == (
+        "The server is busy: 1 of its 2 slots is free and 0 requests are queued for one "
+        "(limit 1); this request's n = 3 choices need 2 places in the queue; retry later."
+    )
+    assert scheduler.stats().waiting == 1  # no choice of the refused request was admitted
+    _submit(scheduler, 2)
+    assert scheduler.stats().waiting == 3
+
+
+def test_one_slot_and_one_request_are_said_in_the_singular():
+    scheduler = Scheduler(MockEngine(max_slots=1), max_queued=1)
+    _submit(scheduler, 1)  # takes the free slot
+    _submit(scheduler, 1)  # queued for one
+    with pytest.raises(QueueFullError) as info:
+        _submit(scheduler, 1)
+    assert str(info.value) == (
+        "The server is busy: its 1 slot is taken and 1 request is queued for one (limit 1); "
+        "retry later."
+    )
+
+
+def test_the_429_of_an_n_2_request_on_a_running_server_counts_no_ghost():
+    """The hunt's case: 2 slots busy with an n = 2 request, queue limit 1, empty queue."""
+    with running_server(max_slots=2, max_queued=1, step_delay_s=0.02) as s:
+        long = {**PROMPT, "max_tokens": 200, "n": 2, "stream": True}
+        with httpx.stream("POST", s.http_url + "/v1/completions", json=long, timeout=30) as r:
+            lines = r.iter_lines()  # held: a generator dropped closes the stream (a cancel)
+            assert next(lines).startswith("data: {")
+            assert wait_until(lambda: s.scheduler.stats().running == 2, 10)
+            busy = httpx.post(s.http_url + "/v1/completions", json={**PROMPT, "n": 2}, timeout=10)
+            assert busy.status_code == 429, busy.text
+            assert busy.json()["error"]["message"] == (
+                "The server is busy: all 2 slots are taken and 0 requests are queued for one "
+                "(limit 1); this request's n = 2 choices need 2 places in the queue; retry later."
+            )
+            assert s.scheduler.stats().waiting == 0

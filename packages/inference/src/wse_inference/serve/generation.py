@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -95,20 +96,12 @@ class Generation:
         self.p = p
         self.tokenizer = scheduler.engine.tokenizer
         self.rid = new_request_id(p.kind, p.request_id)
-        self.handles: list[Any] = []
         _check_fits(scheduler, p.n)
-        try:
-            for i in range(p.n):
-                self.handles.append(
-                    scheduler.submit(
-                        prompt_ids=p.prompt_ids,
-                        sampling=oa.choice_sampling(p.sampling, i),
-                        sink=lambda ev, i=i: self._put(loop, i, ev),
-                    )
-                )
-        except BaseException:
-            self.cancel()  # admitted choices of a refused request do not run
-            raise
+        self.handles = scheduler.submit_choices(  # all n admitted, or none (a 400 or 429)
+            prompt_ids=p.prompt_ids,
+            samplings=[oa.choice_sampling(p.sampling, i) for i in range(p.n)],
+            sinks=[functools.partial(self._put, loop, i) for i in range(p.n)],
+        )
         self.created = self.handles[0].timing.created
 
     def _put(self, loop: asyncio.AbstractEventLoop, i: int, ev: StreamEvent) -> None:

@@ -5,7 +5,8 @@ Contract:
   that ever calls the engine. `submit(prompt_ids=..., sampling=..., sink=...)` validates the
   request (`InvalidRequestError`, with vLLM's context-length wording), admits it to a bounded
   waiting queue (`QueueFullError` beyond `max_queued`, `ShuttingDownError` once draining) and
-  returns a `RequestHandle`. `sink(event)` is then called from the engine thread with
+  returns a `RequestHandle`; `submit_choices` does so for a request's n choices at once (all
+  admitted or none). `sink(event)` is then called from the engine thread with
   `StreamEvent`s: text deltas, and exactly one final event (`finish_reason` set). It must not
   block (e.g. `loop.call_soon_threadsafe(queue.put_nowait, ...)` or `queue.Queue.put`).
 - Every loop iteration: apply cancellations (a cancelled request's slot and KV cache are
@@ -115,33 +116,59 @@ class Scheduler:
         sink: Callable[[StreamEvent], None],
         observed: bool = True,  # False: kept out of the observer's (the server's warm-up)
     ) -> RequestHandle:
+        return self.submit_choices(
+            prompt_ids=prompt_ids, samplings=[sampling], sinks=[sink], observed=observed
+        )[0]
+
+    def submit_choices(
+        self,
+        *,
+        prompt_ids: Sequence[int],
+        samplings: Sequence[SamplingParams],
+        sinks: Sequence[Callable[[StreamEvent], None]],
+        observed: bool = True,
+    ) -> list[RequestHandle]:
+        """The choices of one request (one sampling and sink each), admitted all together or
+        none: the queue limit counts them at once, against the requests queued before them
+        (hunt 80: choice 0 of an n = 2 request, admitted then cancelled when choice 1 was
+        refused, was counted in the 429 as a queued request)."""
         e = self.engine
-        check_request(
-            prompt_ids,
-            sampling,
-            max_context=e.max_context,
-            vocab_size=e.vocab_size,
-            limits=self.limits,
-        )
+        for sampling in samplings:
+            check_request(prompt_ids, sampling, max_context=e.max_context,
+                          vocab_size=e.vocab_size, limits=self.limits)  # fmt: skip
         with self._cond:
             if self._draining or self._stopping:
                 raise ShuttingDownError("The server is shutting down; retry on another replica.")
-            waiting = sum(not h.cancelled for h in self._waiting)
-            free_slots = self.engine.max_slots - len(self._active) - self._admitting
-            queued = waiting - max(0, free_slots)  # those about to take a free slot are not
-            if queued + 1 > self.max_queued:  # hunt 65: "12 requests are waiting (limit 8)"
-                raise QueueFullError(
-                    f"The server is busy: all {self.engine.max_slots} slots are taken and "
-                    f"{queued} requests are queued for one (limit {self.max_queued}); retry "
-                    "later.",
-                    retry_after_s=self._retry_after_s(),
-                )
-            handle = RequestHandle(
-                next(self._ids), prompt_ids, sampling, sink, self._wake, observed=observed
-            )
-            self._waiting.append(handle)
+            self._check_room(len(samplings))
+            handles = [
+                RequestHandle(next(self._ids), prompt_ids, s, sink, self._wake, observed=observed)
+                for s, sink in zip(samplings, sinks, strict=True)
+            ]
+            self._waiting.extend(handles)
             self._cond.notify()
-        return handle
+        return handles
+
+    def _check_room(self, n: int) -> None:
+        """`QueueFullError` unless `n` more requests fit in the free slots and the queue
+        (called holding the lock). The requests waiting take the free slots first."""
+        waiting = sum(not h.cancelled for h in self._waiting)
+        free = max(0, self.engine.max_slots - len(self._active) - self._admitting)
+        if waiting + n - free <= self.max_queued:
+            return
+        slots, before = self.engine.max_slots, max(0, waiting - free)  # hunt 65: no more
+        spare = max(0, free - waiting)  # slots no queued request is about to take
+        if spare:  # only where n > 1: one request is refused only once the slots are claimed
+            taken = f"{spare} of its {slots} slots {'is' if spare == 1 else 'are'} free"
+        else:
+            taken = f"all {slots} slots are taken" if slots != 1 else "its 1 slot is taken"
+        queued = f"{before} request{'s are' if before != 1 else ' is'} queued for one"
+        own = "" if n == 1 else (f"; this request's n = {n} choices need {n - spare} places in "
+                                 "the queue")  # fmt: skip
+        raise QueueFullError(
+            f"The server is busy: {taken} and {queued} (limit {self.max_queued}){own}; retry "
+            "later.",
+            retry_after_s=self._retry_after_s(),
+        )
 
     def stats(self) -> SchedulerStats:
         with self._cond:
