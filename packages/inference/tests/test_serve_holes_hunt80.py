@@ -22,6 +22,7 @@ full-context prompt's scores (4); tokens and chunks counted by hand per second (
 from __future__ import annotations
 
 import httpx
+import numpy as np
 import pytest
 from wse_inference.engine import SamplingParams
 from wse_inference.mock import MockEngine
@@ -158,3 +159,64 @@ def test_the_429_of_an_n_2_request_on_a_running_server_counts_no_ghost():
                 "(limit 1); this request's n = 2 choices need 2 places in the queue; retry later."
             )
             assert s.scheduler.stats().waiting == 0
+
+
+# -- hole 4: echo with max_tokens 0 scores a prompt that fills the context ------------------------
+def _engine(kind: str, context: int):
+    """A served engine over a tiny llama (the speculative one drafting with a 1-layer one)."""
+    from wse_core import preset
+    from wse_inference.pipeline.engine import PipelineEngine
+    from wse_inference.speculative.engine import SpeculativeEngine
+    from wse_inference.testing import tiny_model
+
+    model = tiny_model("llama")
+    if kind == "pipeline":
+        return model, PipelineEngine(model, spec=preset("wse3"), stages=2, max_context=context)
+    draft = tiny_model("llama", n_layers=1, seed=1)
+    return model, SpeculativeEngine(model, draft, gamma=3, spec=preset("wse3"),
+                                    max_context=context)  # fmt: skip
+
+
+def test_a_one_token_request_may_fill_the_context():
+    """Its token is never fed back, so it needs no cache place (vLLM's engine makes one from
+    a prompt of max_model_len); two tokens still need the second's."""
+    from wse_inference.engine import SamplingError, validate_sampling
+
+    one, two = SamplingParams(max_tokens=1), SamplingParams(max_tokens=2)
+    validate_sampling(one, vocab_size=10, max_context=8, prompt_len=8)
+    for sampling, prompt_len, top in ((one, 9, 8), (two, 8, 7)):
+        with pytest.raises(SamplingError, match=f"shorten it to at most {top} tokens"):
+            validate_sampling(sampling, vocab_size=10, max_context=8, prompt_len=prompt_len)
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "speculative"])
+def test_echo_alone_scores_a_prompt_that_fills_the_context(kind):
+    from wse_inference.testing import np_logprobs
+
+    context = 48
+    model, engine = _engine(kind, context)
+    ids = [int(t) for t in np.random.default_rng(0).integers(0, 256, context)]
+    server = Server(engine, ServeConfig(port=0, grpc_port=None)).start()
+    try:
+        url = server.http_url + "/v1/completions"
+        body = {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 1}
+        r = httpx.post(url, json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        choice, usage = r.json()["choices"][0], r.json()["usage"]
+        assert (usage["prompt_tokens"], usage["completion_tokens"]) == (context, 0)
+        got = choice["logprobs"]["token_logprobs"]
+        assert got[0] is None and len(got) == context  # the first token has no context
+        want = np_logprobs(model, ids[:1], ids[1:])[np.arange(context - 1), ids[1:]]
+        # float32 forward against float64 NumPy over 2 layers: ~5e-7 seen, 1e-5 allowed
+        np.testing.assert_allclose(got[1:], want, atol=1e-5)
+        # past the context, vLLM's count of what was sent: 0 in the completion
+        r = httpx.post(url, json={**body, "prompt": [*ids, 1]}, timeout=30)
+        assert r.status_code == 400
+        assert f"you requested {context + 1} tokens ({context + 1} in the messages, 0 in the "\
+            "completion)" in r.json()["error"]["message"]  # fmt: skip
+        # a token asked for still needs its place, as vLLM's check of the max_tokens sent
+        r = httpx.post(url, json={**body, "max_tokens": 1}, timeout=30)
+        assert r.status_code == 400
+        assert f"({context} in the messages, 1 in the completion)" in r.json()["error"]["message"]
+    finally:
+        server.close()

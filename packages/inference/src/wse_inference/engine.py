@@ -148,7 +148,10 @@ def validate_sampling(
         )
     if prompt_len <= 0:
         raise SamplingError("the prompt is empty; give at least one token")
-    if prompt_len + sampling.max_tokens > max_context:
+    # a one-token request ends at its prefill: its token is never fed back, so it takes no
+    # place in the cache (vLLM's engine makes one token from a prompt of max_model_len; hunt
+    # 80: echo with max_tokens 0, run as 1, scores a prompt that fills the context)
+    if prompt_len + sampling.max_tokens > max_context + (sampling.max_tokens == 1):
         raise SamplingError(
             f"prompt ({prompt_len} tokens) + max_tokens ({shown_int(sampling.max_tokens)}) = "
             f"{shown_int(prompt_len + sampling.max_tokens)} exceeds the context of "
@@ -156,7 +159,8 @@ def validate_sampling(
             + (
                 f"shorten the prompt or lower max_tokens to <= {max_context - prompt_len}"
                 if prompt_len < max_context  # hunt 62: else it said "lower max_tokens to <= 0"
-                else f"the prompt alone fills it: shorten it to at most {max_context - 1} tokens"
+                else "the prompt alone fills it: shorten it to at most "
+                f"{max_context - (sampling.max_tokens > 1)} tokens"
             )
         )
     for name in ("presence_penalty", "frequency_penalty"):
@@ -325,7 +329,7 @@ class Engine(Protocol):
 
     model_name: str
     max_slots: int
-    max_context: int  # prompt + generated tokens per sequence
+    max_context: int  # prompt + generated tokens per sequence (one token: the prompt alone)
     vocab_size: int
     tokenizer: Tokenizer
 

@@ -134,8 +134,9 @@ class MockEngine:
         return MockDecodeState()
 
     def prefill(self, *, prompt_ids: Sequence[int], sampling: SamplingParams) -> Prefix:
-        if not 0 < len(prompt_ids) < self.max_context:
-            raise ValueError(f"prompt of {len(prompt_ids)} tokens; need 1..{self.max_context - 1}")
+        top = self.max_context - (sampling.max_tokens > 1)  # validate_sampling's bound
+        if not 0 < len(prompt_ids) <= top:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens; need 1..{top}")
         if self.prefill_delay_s:
             time.sleep(self.prefill_delay_s)
         with self._lock:

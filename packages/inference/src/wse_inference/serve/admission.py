@@ -309,8 +309,12 @@ def check_request(
     max_context: int,
     vocab_size: int,
     limits: RequestLimits | None = None,
+    scored_alone: bool = False,
 ) -> None:
-    """Raise `InvalidRequestError` unless the request can run exactly as asked."""
+    """Raise `InvalidRequestError` unless the request can run exactly as asked.
+    `scored_alone`: echo with max_tokens 0, run with max_tokens 1 (its token never shown): the
+    context holds its prompt alone, as vLLM checks the max_tokens sent (0) before it runs one
+    (hunt 80: a prompt that filled the context was refused, "1 in the completion")."""
     if len(prompt_ids) == 0:
         raise InvalidRequestError("The prompt is empty; give at least one token.", param="prompt")
     bad = [t for t in prompt_ids if not 0 <= int(t) < vocab_size]
@@ -323,9 +327,10 @@ def check_request(
         raise InvalidRequestError(
             f"max_tokens must be at least 1, got {sampling.max_tokens}.", param="max_tokens"
         )
-    if len(prompt_ids) + sampling.max_tokens > max_context:
+    asked = 0 if scored_alone else sampling.max_tokens
+    if len(prompt_ids) + asked > max_context:
         raise InvalidRequestError(
-            context_length_message(max_context, len(prompt_ids), sampling.max_tokens),
+            context_length_message(max_context, len(prompt_ids), asked),
             param="max_tokens",
             code="context_length_exceeded",
         )

@@ -101,6 +101,7 @@ class Generation:
             prompt_ids=p.prompt_ids,
             samplings=[oa.choice_sampling(p.sampling, i) for i in range(p.n)],
             sinks=[functools.partial(self._put, loop, i) for i in range(p.n)],
+            scored_alone=p.echo_only,
         )
         self.created = self.handles[0].timing.created
 

@@ -127,6 +127,7 @@ class Scheduler:
         samplings: Sequence[SamplingParams],
         sinks: Sequence[Callable[[StreamEvent], None]],
         observed: bool = True,
+        scored_alone: bool = False,  # echo with max_tokens 0 (`admission.check_request`)
     ) -> list[RequestHandle]:
         """The choices of one request (one sampling and sink each), admitted all together or
         none: the queue limit counts them at once, against the requests queued before them
@@ -135,7 +136,8 @@ class Scheduler:
         e = self.engine
         for sampling in samplings:
             check_request(prompt_ids, sampling, max_context=e.max_context,
-                          vocab_size=e.vocab_size, limits=self.limits)  # fmt: skip
+                          vocab_size=e.vocab_size, limits=self.limits,
+                          scored_alone=scored_alone)  # fmt: skip
         with self._cond:
             if self._draining or self._stopping:
                 raise ShuttingDownError("The server is shutting down; retry on another replica.")
