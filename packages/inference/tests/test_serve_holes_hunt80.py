@@ -24,6 +24,8 @@ from __future__ import annotations
 import httpx
 import numpy as np
 import pytest
+from wse_inference.demo.load_tally import RequestResult, Tally
+from wse_inference.demo.load_test import LoadTestConfig, run_load_test
 from wse_inference.engine import SamplingParams
 from wse_inference.mock import MockEngine
 from wse_inference.serve.admission import QueueFullError
@@ -220,3 +222,50 @@ def test_echo_alone_scores_a_prompt_that_fills_the_context(kind):
         assert f"({context} in the messages, 1 in the completion)" in r.json()["error"]["message"]
     finally:
         server.close()
+
+
+# -- hole 5: the bench's peak counts tokens where they are known ----------------------------------
+def _tally(results: list[RequestResult]) -> dict:
+    tally = Tally()
+    for r in results:
+        tally.add(r)
+    return tally.vllm_keys({"model": "m", "num_requests": len(results), "concurrency": 1,
+                            "wall_s": 3.0, "input_tokens": None, "output_tokens": 0,
+                            "request_throughput_per_s": 0, "output_tokens_per_s": 0,
+                            "total_tokens_per_s": None, "good_requests": None},
+                           LoadTestConfig(url="http://x", percentile_metrics=())) | tally._ours(
+        3.0, LoadTestConfig(url="http://x"), "m", None)  # fmt: skip
+
+
+def test_the_peak_counts_tokens_not_a_chats_role_chunk():
+    # a chat's stream: its role chunk (no token) at 0.1 s, then 3 tokens at 0.3, 0.6 and 1.2 s;
+    # a completion's: 2 tokens at 0.5 and 0.9 s. Second 0 holds 5 chunks, 4 of them tokens
+    chat = RequestResult(True, 0.1, 1.2, 3, None, (0.2, 0.3, 0.6), 5, 0.0,
+                         (False, True, True, True))  # fmt: skip
+    plain = RequestResult(True, 0.5, 0.9, 2, None, (0.4,), 5, 0.0, (True, True))
+    s = _tally([chat, plain])
+    assert s["max_output_tokens_per_s"] == 5.0  # vLLM's: one a chunk
+    assert s["peak_output_tokens_per_s"] == 4
+    assert s["several_tokens_a_chunk"] == 0
+
+
+def test_the_peak_of_chunks_of_several_tokens_is_not_told_as_tokens():
+    # 8 tokens (usage) in 2 chunks: which chunk carried how many is not known
+    spec = RequestResult(True, 0.2, 0.4, 8, None, (0.2,), 5, 0.0, (True, True))
+    s = _tally([spec])
+    assert s["max_output_tokens_per_s"] == 2.0
+    assert s["peak_output_tokens_per_s"] is None
+    assert s["several_tokens_a_chunk"] == 1
+
+
+def test_a_speculative_servers_chunks_are_seen_as_several_tokens():
+    """The mock with speculation makes 4 tokens a step (3 drafted, all accepted): a chunk
+    carries 4 (or more, merged for a slow reader), so the tokens' peak is not known; vLLM's
+    figure stays one a chunk, at most the 2 x 3 chunks of the two requests' 9 tokens."""
+    with running_server(max_slots=2, spec_tokens=3, spec_accepted=3) as s:
+        cfg = LoadTestConfig(url=s.http_url, num_requests=2, concurrency=2, max_tokens=9)
+        summary = run_load_test(cfg)
+    assert summary["completed"] == 2 and summary["output_tokens"] == 18
+    assert summary["several_tokens_a_chunk"] == 2
+    assert summary["peak_output_tokens_per_s"] is None
+    assert summary["max_output_tokens_per_s"] <= 6

@@ -244,6 +244,9 @@ def bench(
         "total_token_throughput, max_output_tokens_per_s, max_concurrent_requests, duration, "
         "total_input_tokens, total_output_tokens, num_prompts, max_concurrency, date, "
         "backend, endpoint_type, model_id, tokenizer_id). "
+        "max_output_tokens_per_s counts chunks, as vLLM's does (one token a chunk); ours, "
+        "peak_output_tokens_per_s, counts tokens, null where chunks carried several "
+        "(several_tokens_a_chunk: the requests that did). "
         'request_rate is "inf" (all at once), as vLLM writes it; errors lists each distinct '
         "reason once (at most five). Nothing is saved without --out, --save-result, "
         "--result-dir or --result-filename.",

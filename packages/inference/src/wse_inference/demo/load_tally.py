@@ -11,11 +11,18 @@ vLLM's figures beside ours (vllm/benchmarks/serve.py, `calculate_metrics`):
   `percentile_metrics` (NumPy's linear percentile, as vLLM's; P written `99` or `99.9`),
   with mean_, median_ and std_ of the same metrics.
 - max_output_tokens_per_s, max_concurrent_requests: the most chunks with a choice (vLLM's
-  tokens: one a chunk) received within one second, and the most completed requests in
-  flight during one second, in whole seconds from the run's start (vLLM counts from the
-  first completed request's send: the same seconds, microseconds apart, unless the first
-  request sent failed); None with no completed request. Counted as requests come, in one
-  integer a second of the run."""
+  tokens: one a chunk, a chat's role chunk and a closing one too) received within one second,
+  and the most completed requests in flight during one second, in whole seconds from the
+  run's start (vLLM counts from the first completed request's send: the same seconds,
+  microseconds apart, unless the first request sent failed); None with no completed request.
+  Counted as requests come, in one integer a second of the run.
+
+Ours beside them: peak_output_tokens_per_s, the most tokens received within one second (the
+same seconds), counted where each chunk's tokens are known: when every completed request
+streamed one token a chunk (its completion tokens equal its chunks that carry one: not a
+chat's role chunk nor a closing one); None where a request's chunks carried several (a
+speculative server's: hunt 80, vLLM's one-a-chunk figure, 54, stood as the "peak output
+tokens/s" below the mean of 823), and `several_tokens_a_chunk` counts those requests."""
 
 from __future__ import annotations
 
@@ -55,6 +62,9 @@ class RequestResult:
     itl_s: tuple[float, ...] = ()
     prompt_tokens: int | None = None  # the server's usage.prompt_tokens, when it sent one
     start_s: float = 0.0  # when it was sent, s from the run's start
+    # of each chunk with a choice (the first, then one a gap): whether it carries a token
+    # (not a chat's role chunk nor a closing one); () when not told: each chunk one token
+    carries: tuple[bool, ...] = ()
 
     @property
     def tpot_s(self) -> float:
@@ -100,6 +110,8 @@ class Tally:
         # each second of the run: chunks received, and completed requests in flight (as
         # differences: +1 the second one is sent, -1 the second after its last chunk)
         self.chunks_at, self.flight_steps = array("q"), array("q")
+        self.tokens_at = array("q")  # chunks that carry a token, each second
+        self.several_a_chunk = 0  # completed requests whose chunks carried several tokens
 
     def add(self, r: RequestResult, prompt_len: int | None = None) -> None:
         if not r.ok:
@@ -137,9 +149,13 @@ class Tally:
             times.append(t)
         first, last = int(r.start_s), int(r.start_s + r.e2e_s)
         _grow(self.chunks_at, int(times[-1]) + 1)
+        _grow(self.tokens_at, int(times[-1]) + 1)
         _grow(self.flight_steps, last + 2)
-        for t in times:
+        carries = r.carries or (True,) * len(times)
+        for t, token in zip(times, carries, strict=True):
             self.chunks_at[int(t)] += 1
+            self.tokens_at[int(t)] += token
+        self.several_a_chunk += r.completion_tokens != sum(carries)
         self.flight_steps[first] += 1
         self.flight_steps[last + 1] -= 1
 
@@ -200,6 +216,12 @@ class Tally:
                 out[percentile_key(p, name)] = None if x is None else float(x) * 1000
         return out
 
+    def _token_peak(self) -> int | None:
+        """The most tokens in one second (module docstring); None with no completed request
+        or where a request's chunks carried several tokens."""
+        known = self.completed and not self.several_a_chunk
+        return max(self.tokens_at, default=0) if known else None
+
     def _ours(self, wall_s: float, cfg: LoadTestConfig, model: str, dataset) -> dict:
         itl_mean = self.itl_sum / self.itl_count if self.itl_count else None
         n_in = self.input_tokens
@@ -229,6 +251,8 @@ class Tally:
             "input_tokens": n_in,
             "input_tokens_per_s": None if n_in is None else n_in / wall_s,
             "total_tokens_per_s": None if n_in is None else (n_in + self.tokens) / wall_s,
+            "peak_output_tokens_per_s": self._token_peak(),
+            "several_tokens_a_chunk": self.several_a_chunk,
             "ttft_s": stats(self.ttft_s),
             "tpot_s": stats(self.tpot_s),
             "itl_s": {**stats(self.itl_s, itl_mean), "n": self.itl_count},

@@ -154,6 +154,7 @@ class _Stream:
     choice_chunks: int = 0
     token_chunks: int = 0  # chunks with a choice, but for a closing one (no text, finished)
     text_chunks: int = 0
+    carries: list[bool] = dataclasses.field(default_factory=list)  # each timed chunk's token
 
     def add(self, chunk: Chunk, t_s: float, max_tokens: int, role: bool = False) -> None:
         """Take a chunk that arrived at `t_s` (`role`: a chat's role chunk, no token)."""
@@ -162,13 +163,16 @@ class _Stream:
             self.prompt_usage = chunk.prompt_tokens
         if not chunk.choice:  # the usage chunk (choices: []) is no token: vLLM's rule
             return
+        token = bool(chunk.text) or not (chunk.finished or role)
         if not self.choice_chunks:
             self.ttft_s = t_s
+            self.carries.append(token)
         elif self.choice_chunks < max_tokens + self.spare:  # more fails it: no gap kept past
             self.itl_s.append(t_s - self.last_s)
+            self.carries.append(token)
         self.last_s = t_s
         self.choice_chunks += 1
-        self.token_chunks += bool(chunk.text) or not (chunk.finished or role)
+        self.token_chunks += token
         self.text_chunks += bool(chunk.text)
 
     def result(self, max_tokens: int) -> RequestResult:
@@ -178,7 +182,8 @@ class _Stream:
             return RequestResult(False, error=why)
         n = self.usage if self.usage is not None else self.token_chunks
         itl_s, prompt = tuple(self.itl_s), self.prompt_usage
-        return RequestResult(True, self.ttft_s, self.last_s, n, None, itl_s, prompt, self.start_s)
+        return RequestResult(True, self.ttft_s, self.last_s, n, None, itl_s, prompt, self.start_s,
+                             tuple(self.carries))  # fmt: skip
 
     def _overrun(self, max_tokens: int) -> str | None:
         """Why the chunks streamed are more than `max_tokens` allows, or None (hunt 69: with
