@@ -269,3 +269,24 @@ def test_a_speculative_servers_chunks_are_seen_as_several_tokens():
     assert summary["several_tokens_a_chunk"] == 2
     assert summary["peak_output_tokens_per_s"] is None
     assert summary["max_output_tokens_per_s"] <= 6
+
+
+# -- hole 6: GET /v1/models carries vLLM's ModelCard ----------------------------------------------
+# vLLM's ModelCard and ModelPermission (vllm/entrypoints/openai/protocol.py), their defaults
+CARD = {"id", "object", "created", "owned_by", "root", "parent", "max_model_len", "permission"}
+PERMISSION = {"object": "model_permission", "allow_create_engine": False, "allow_sampling": True,
+              "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+              "allow_fine_tuning": False, "organization": "*", "group": None,
+              "is_blocking": False}  # fmt: skip
+
+
+def test_models_carry_vllms_model_card(server):
+    listed = httpx.get(server.http_url + "/v1/models", timeout=10).json()["data"]
+    one = httpx.get(server.http_url + "/v1/models/mock", timeout=10).json()
+    for card in (*listed, one):
+        assert set(card) == CARD | {"vocab_size"}  # vocab_size: ours, beside vLLM's
+        assert (card["id"], card["root"], card["parent"]) == ("mock", "mock", None)
+        (perm,) = card["permission"]
+        assert set(perm) == {"id", "created", *PERMISSION}
+        assert {k: perm[k] for k in PERMISSION} == PERMISSION
+        assert perm["id"].startswith("modelperm-") and isinstance(perm["created"], int)

@@ -2,8 +2,9 @@
 
 Routes: POST /v1/completions and /v1/chat/completions (streaming SSE ending in
 `data: [DONE]`, `usage`, `stream_options.include_usage`, Cerebras' `time_info`), GET /v1/models
-(and /v1/models/{id}, 404 (reason model_not_found) for a name not served; each entry with vLLM's
-max_model_len and the model's vocab_size, which vLLM does not list), /health (503 while
+(and /v1/models/{id}, 404 (reason model_not_found) for a name not served; each entry vLLM's
+ModelCard, `_model_card`: root the engine's model, parent null, one permission, max_model_len,
+and the model's vocab_size, which vLLM does not list), /health (503 while
 draining), /metrics (Prometheus: vLLM's metrics this server measures, named `wse_*` where
 vLLM's are `vllm:*`; `metrics.NOT_SERVED` lists those it does not),
 vLLM's GET /version ({version}: the stack's) and POST /tokenize ({prompt} or
@@ -44,6 +45,7 @@ import functools
 import http
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -242,6 +244,39 @@ def _add_tokenizer_routes(
     app.post("/detokenize")(utility(detokenize))
 
 
+def _model_card(name: str, engine: Engine, created: int) -> dict:
+    """One entry of GET /v1/models: vLLM's ModelCard (vllm/entrypoints/openai/protocol.py) with
+    its `root` (vLLM's: the model's path; here the engine's model, whatever name it is served
+    under), `parent` (the base of a LoRA: none here) and one default ModelPermission (hunt 80:
+    a client's `m["root"]` was a KeyError), and the model's vocab_size, which vLLM does not list
+    (`wse infer bench --dataset-name random`'s ids)."""
+    permission = {
+        "id": f"modelperm-{uuid.uuid4().hex}",  # vLLM's random_uuid(), a fresh one each time
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
+    }
+    return {
+        "id": name,
+        "object": "model",
+        "created": created,
+        "owned_by": "wse-stack",
+        "root": engine.model_name,
+        "parent": None,
+        "max_model_len": engine.max_context,
+        "permission": [permission],
+        "vocab_size": engine.vocab_size,
+    }
+
+
 def _add_status_routes(
     app: FastAPI, scheduler: Scheduler, metrics: ServeMetrics, model_names: Sequence[str],
     started: int,
@@ -251,34 +286,14 @@ def _add_status_routes(
 
     @app.api_route("/v1/models", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def models() -> dict:
-        data = [
-            {
-                "id": n,
-                "object": "model",
-                "created": started,
-                "owned_by": "wse-stack",
-                "max_model_len": engine.max_context,
-                "vocab_size": engine.vocab_size,  # `wse infer bench --dataset-name random`'s ids
-            }
-            for n in model_names
-        ]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": [_model_card(n, engine, started) for n in model_names]}
 
     @app.api_route("/v1/models/{model:path}", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def model(model: str) -> Response:  # OpenAI's retrieve: one model, or 404
         if model not in model_names:
             err = ModelNotFoundError(model, model_names)
             return error_response(404, str(err), param="model", reason=err.code)
-        return JSONResponse(
-            {
-                "id": model,
-                "object": "model",
-                "created": started,
-                "owned_by": "wse-stack",
-                "max_model_len": engine.max_context,
-                "vocab_size": engine.vocab_size,
-            }  # fmt: skip
-        )
+        return JSONResponse(_model_card(model, engine, started))
 
     @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: as GET, no body
     async def health() -> Response:
