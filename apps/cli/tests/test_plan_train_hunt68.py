@@ -89,5 +89,6 @@ def test_the_default_gpt2_plan_does_not_move():
     # tied embedding's gradient out and the file's clipping, which holds MemoryX's update to
     # the step's end (0.07682164338574195 before)
     assert w["step_s"] == pytest.approx(0.07795572338574194, rel=1e-12)
-    assert g["step_s"] == pytest.approx(0.03096367265520728, rel=1e-12)
+    # hunt 80: compute-bound with the ring hidden, so it moves with the MFU alone, 0.4 -> 0.39
+    assert g["step_s"] == pytest.approx(0.03096367265520728 * 0.4 / 0.39, rel=1e-12)
     assert d["gpus_to_match"] == 4

@@ -36,7 +36,8 @@ from wse_systems.planning.choice import ModelChoice
 from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
 
 WSE = [sys.executable, "-m", "wse_cli"]
-PEAK, MFU, NODE, HBM = 989e12, 0.4, 8, 0.9 * 80 * 2**30  # H100 datasheet, assumptions
+# H100 datasheet; gpu.train_mfu's default (hunt 80: Narayanan et al.'s 52% HFU x 72/96)
+PEAK, MFU, NODE, HBM = 989e12, 0.39, 8, 0.9 * 80 * 2**30
 NVLINK, NV_LAT, IB, IB_LAT = 450e9, 1e-6, 50e9, 5e-6
 L8B = wse_models.preset_config("llama3-8b", dtype="bfloat16")
 L70B = wse_models.preset_config("llama3-70b", dtype="bfloat16")
@@ -170,27 +171,48 @@ def _dp_ring_on_nvlink(tp: int, dp: int, pp: int) -> bool:
     return all(len({r // NODE for r in g}) == 1 for g in groups)
 
 
+def _end_stages(m, pp: int) -> tuple[int, int]:
+    """(first, last) stage's parameters by hand: all at pp 1, else L / pp layers and the
+    first's embedding (GPT-2's positions too), the last's final norm and head."""
+    if pp == 1:
+        return _params(m), _params(m)
+    d = m.d_model
+    first = m.vocab_size * d + (m.max_seq_len * d if m.arch == "gpt2" else 0)
+    last = m.vocab_size * d + (2 * d if m.arch == "gpt2" else d)
+    return m.n_layers // pp * _layer(m) + first, m.n_layers // pp * _layer(m) + last
+
+
 def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
-    """A step at the last stage's pace, PaLM's flops split by hand (kernel floor below it)."""
+    """A step of 1F1B by hand, micro-batches of one sequence, PaLM's flops split by hand over
+    the stages (kernel floor below it). Hunt 80: the fill and drain run at each stage's own
+    pace, m (t_last + 2 hops) + (pp - 1) (t_other + 2 hops), where every stage was paced as
+    the last; each end stage's fp32 gradient ring hides under its last micro-batch's
+    backward (3 of full recompute's 4 passes) and, the last stage's, the other stages' last
+    backwards after it, where 2/3 of all micro-batches' busy time hid the largest ring."""
     d, q, kv = m.d_model, m.n_heads * m.hd, m.n_kv_heads * m.hd
     mlp = (2 if m.arch == "gpt2" else 3) * d * m.d_ff
     layer = 6 * (2 * d * q + 2 * d * kv + mlp) + 12 * q * seq
-    last = m.n_layers // pp * layer + 6 * d * m.vocab_size  # the head on the last stage
+    other = m.n_layers // pp * layer  # a stage without the head (the embedding: a gather)
+    last = other + 6 * d * m.vocab_size  # the head on the last stage
     micro, n = batch // dp, dp * tp * pp
-    busy = micro * seq * last / (tp * PEAK * MFU)
+    t_last, t_other = (seq * f / (tp * PEAK * MFU) for f in (last, other))  # one micro-batch
+    t_other = t_last if pp == 1 else t_other
     bw, lat = (NVLINK, NV_LAT) if n <= NODE else (IB, IB_LAT)
-    sends = 0.0 if pp == 1 else 2 * micro * (2 * seq * d / tp / bw + lat)
-    bubble = (busy + sends) * (pp - 1) / micro
+    hop = 0.0 if pp == 1 else 2 * seq * d / tp / bw + lat
+    pipeline = micro * (t_last + 2 * hop) + (pp - 1) * (t_other + 2 * hop)
     bw, lat = (NVLINK, NV_LAT) if _dp_ring_on_nvlink(tp, dp, pp) else (IB, IB_LAT)
-    grads = 4 * _largest_stage(m, pp) / tp  # the largest stage's ring (hunt 78's review), fp32
-    ring = 0.0 if dp == 1 else 2 * (dp - 1) / dp * grads / bw + 2 * (dp - 1) * lat
+    rings = [0.0 if dp == 1 else 2 * (dp - 1) / dp * 4 * p / tp / bw + 2 * (dp - 1) * lat
+             for p in _end_stages(m, pp)]  # fmt: skip
+    back = 3 / 4 * t_other + hop  # a stage's last backward (recompute + backward) and send
+    windows = (back, 3 / 4 * t_last + hop + (pp - 1) * back)
+    exposed = max(0.0, rings[0] - windows[0], rings[1] - windows[1])
     tied = 0.0  # hunt 79: the tied table's gradient summed by each first/last stage pair
     if m.tie_embeddings and pp > 1:
         pairs = [(r, r + tp * dp * (pp - 1)) for r in range(tp * dp)]
         near = all(a // NODE == b // NODE for a, b in pairs)
         bw, lat = (NVLINK, NV_LAT) if near else (IB, IB_LAT)
         tied = 4 * m.vocab_size * d / tp / bw + 2 * lat  # a ring of 2, fp32 main gradients
-    return busy + sends + bubble + max(0.0, ring - 2 / 3 * busy) + tied
+    return pipeline + exposed + tied
 
 
 def test_the_gradient_ring_is_on_nvlink_where_its_group_sits_in_a_node():

@@ -155,7 +155,7 @@ def test_weight_streaming_rows_list_their_own_constants():
         clock, _ = _rows()
     for r, m, c in zip(rows, mfu, clock, strict=True):
         if r.name == "gpu_tokens_per_s" and r.params["gpus"] == 8:  # one node: no exposed ring
-            assert m.value == pytest.approx(r.value * 0.5 / 0.4, rel=1e-12)
+            assert m.value == pytest.approx(r.value * 0.5 / gpum.TRAIN_MFU, rel=1e-12)
         if r.name.startswith("gpu_"):
             assert c.value == r.value  # the wafer's clock moves no GPU row
         else:

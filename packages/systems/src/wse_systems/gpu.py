@@ -28,35 +28,48 @@ Training (`train_step`): per token 6 N_matmul flops plus PaLM's attention term 1
 (Chowdhery et al. 2022, appendix B: N_matmul = the weights every token multiplies — the
 layers and the output head, not the embedding lookup; L layers, H Q = heads x head dim, T the
 sequence length, causal masking not discounted, which is how MFU figures are quoted). The
-step runs at `mfu` of peak (an input; default `TRAIN_MFU` 0.4, the assumption
-`gpu.train_mfu`). The layout (data x tensor x pipeline
+step runs at `mfu` of peak (an input; default `TRAIN_MFU` 0.39, the assumption
+`gpu.train_mfu`): model flops utilisation, the full recompute's extra forward (`TRAIN_CONFIG`)
+inside it, not in the flops (hunt 80: the cited 52% of Narayanan et al. 2021 counts the
+recompute, hardware flops, so 52% x 72/96 as MFU; 0.4 was priced). The layout (data x
+tensor x pipeline
 parallel, tensor parallel inside a node) is the fastest of those that fit memory and whose
 data-parallel ranks divide the global batch, as Megatron-LM requires (`wse_systems.gpu_layout`:
 the memory accounting, the layouts, the rank order, hunt 77's rule), 1F1B: each rank runs
 m = batch / (dp b) micro-batches of b sequences, b Megatron's --micro-batch-size, the
 fastest that fits (`_fastest`; hunt 79: b was 1, so one-token sequences paid a kernel
-floor each). The pipeline runs at its busiest stage's pace (`stage_flops_per_token`): L /
-pp layers and, on the last stage, the output head, where Megatron places it (the first
-stage's embedding lookup is a gather, no flops: not priced; hunt 78: the head was spread
-evenly over the stages, GPT-2 1.5B's last stage of pp 8 runs 1.33 x the even share), over
-tp GPUs, for the compute and the bubble. At pp > 1 each micro-batch sends its activations
-forward and its gradients back (`gpu_layout.stage_hop_s`: 1/tp a GPU on its own link,
-InfiniBand past one node); the pipeline bubble adds (pp - 1) / m of the busy time and the
-sends (m micro-batches per pipeline); tensor-parallel traffic inside the node is taken to
-be inside the MFU (and in the floor below). Gradients (fp32 main gradients, Megatron's bf16
-default: `gpu_layout.TRAIN_CONFIG`, `GRAD_BYTES`; hunt 79: bf16 was priced, half the
-bytes; over tp) are ring-all-reduced
-over the data-parallel group at the pace of the largest stage's ring (`gpu_layout.
-stage_params`: L / pp layers and the head on the last stage, where the compute puts it, or
-the embedding on the first; hunt 78's review: an even share of the parameters, num_params /
-pp, GPT-2 124M's at pp 12 22% of its end stages'), on NVLink where Megatron's
+floor each). The last pipeline stage is the slowest (`stage_flops_per_token`): L / pp
+layers and the output head, where Megatron places it (the first stage's embedding lookup is
+a gather, no flops: not priced; hunt 78: the head was spread evenly over the stages, GPT-2
+1.5B's last stage of pp 8 runs 1.33 x the even share); every other stage runs its L / pp
+layers (`layers_flops_per_token`), over tp GPUs. At pp > 1 each micro-batch sends its
+activations forward and its gradients back (`gpu_layout.stage_hop_s`: 1/tp a GPU on its own
+link, InfiniBand past one node), 2 hops a stage a micro-batch. Megatron's non-interleaved
+1F1B takes sum_i t_i + (m - 1) t_max, t_i stage i's forward and backward of one micro-batch
+with its hops: the last stage's m micro-batches and sends, and the fill and drain (the
+bubble) at each other stage's own pace, (pp - 1) / m of their busy time and sends (hunt 80:
+(pp - 1) / m of the last stage's, (m + pp - 1) t_max, was priced: Llama 3 8B on 1,024 H100s
+at 8 sequences, pp 16 at m 1, ran 16 x (2 layers + the head) where 1F1B runs 15 x 2 layers
++ (2 layers + the head), 1.8 x the time); tensor-parallel traffic inside the node is
+taken to be inside the MFU (and in the floor below). Gradients (fp32 main gradients,
+Megatron's bf16 default: `gpu_layout.TRAIN_CONFIG`, `GRAD_BYTES`; hunt 79: bf16 was priced,
+half the bytes; over tp) are ring-all-reduced over the data-parallel group, each stage's
+its own parameters (`gpu_layout.end_stage_params`: L / pp layers and the head on the last
+stage, the embedding on the first; `TrainStep.allreduce_s` the largest, `stage_params`;
+hunt 78's review: an even share of the parameters, num_params / pp, GPT-2 124M's at pp 12
+22% of its end stages'), on NVLink where Megatron's
 rank order (tp innermost, then dp, then pp) puts each group in one node
 (`gpu_layout.dp_ring_in_node`; hunt 78: InfiniBand whenever the job spanned nodes, so 16
-GPUs of GPT-2 1.5B chose dp 2 x pp 8 at 38.1 ms over dp 8 x pp 2), else InfiniBand,
-overlapping the backward pass (2/3 of the busy time): only the excess is exposed. Tied
-embeddings at pp > 1 add the embedding group's all-reduce of the word embeddings' gradient
-between the first and the last stage, after the backward (`gpu_layout.embedding_allreduce_s`;
-hunt 79: unpriced).
+GPUs of GPT-2 1.5B chose dp 2 x pp 8 at 38.1 ms over dp 8 x pp 2), else InfiniBand. With
+--overlap-grad-reduce (`TRAIN_CONFIG`) a ring runs from its stage's last micro-batch's
+backward (`GRAD_OVERLAP_SHARE`, 3/4 of a micro-batch under full recompute; Megatron runs
+every earlier one under no_sync) to the step's end: the first stage's backward is 1F1B's
+last, the last stage's is followed by the other stages' (the cool-down); only the excess
+of either end stage's ring is exposed (hunt 80: 2/3 of all m micro-batches' busy time hid
+the largest ring, so the search kept b = 1 where a larger micro-batch's window hides it).
+Tied embeddings at pp > 1 add the embedding group's all-reduce of the word embeddings'
+gradient between the first and the last stage, after the backward
+(`gpu_layout.embedding_allreduce_s`; hunt 79: unpriced).
 
 The step's floor (`train_floor`; hunt 76: a 2-layer model's step was 36 ns on 8 H100s): the
 busy time is at least the kernels a step launches, in the serving forward's units for every
@@ -70,7 +83,8 @@ one); at tp > 1, `TP_ALLREDUCES_PER_LAYER` NVLink ring all-reduces of a micro-ba
 activations a layer, latency included (Megatron's 2 forward and 2 backward, Shoeybi et al.
 2019 fig. 4; 2 in the recompute). Busy = max(compute, floor), not the sum: a large model's
 MFU is measured with its launches and tensor-parallel traffic inside, so a compute-bound
-step does not move; the bubble and the gradient ring's overlap scale with the busy time.
+step does not move; the bubble and the gradient ring's window scale with the busy time (a
+stage's floor taken as the last's: the K0 around the layers counted on every stage).
 
 Ring all-reduce (`gpu_layout.ring_allreduce_s`): 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1)
 x latency.
@@ -96,6 +110,7 @@ from wse_systems.gpu_layout import (
     GRAD_BYTES,
     SENDS_PER_MICRO,
     TRAIN_CONFIG,
+    TRAIN_FLAGS,
     USABLE_MEMORY,
     WEIGHT_BYTES,
     GpuLayoutError,
@@ -103,12 +118,12 @@ from wse_systems.gpu_layout import (
     TrainLayout,
     dp_ring_in_node,
     embedding_allreduce_s,
+    end_stage_params,
     layouts,
     min_train_gpus,
     no_layout_error,
     ring_allreduce_s,
     stage_hop_s,
-    stage_params,
 )
 from wse_systems.transformer import (
     DecoderShape,
@@ -121,20 +136,27 @@ __all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USA
            "GRAD_BYTES", "FP32_BYTES", "TRAIN_CONFIG",
            "GpuSpec", "GpuMemoryError", "GpuLayoutError", "ModelShape", "TrainLayout",
            "TrainStep", "TrainFloor", "gpu_spec", "ring_allreduce_s", "train_flops_per_token",
-           "stage_flops_per_token", "embedding_allreduce_s",
+           "stage_flops_per_token", "layers_flops_per_token", "embedding_allreduce_s",
+           "GRAD_OVERLAP_SHARE", "TRAIN_FLAGS",
            "train_step", "train_floor", "TRAIN_PASSES", "AROUND_PASSES",
            "OPTIMIZER_KERNELS_PER_LAYER", "TP_ALLREDUCES_PER_LAYER", "min_train_gpus"]  # fmt: skip
 
-TRAIN_MFU = 0.4  # share of the tensor peak a training step reaches: `TRAIN_MFU_CONSTANT`
+TRAIN_MFU = 0.39  # share of the tensor peak a step's model flops reach: `TRAIN_MFU_CONSTANT`
 TRAIN_MFU_CONSTANT = Constant(
     units="of peak",
-    mechanism="the share of the GPU's dense tensor peak a training step's flops (6 N + PaLM's "
-    "attention term) run at, the layout's own traffic inside it (`train_step`)",
-    basis="assumed",
-    source="no one figure: Megatron-LM on A100 reached 52% of peak at 175B-1T (Narayanan et "
-    "al. 2021); Llama 3 405B on H100 38-43% (Llama 3 paper, table 4); PaLM 540B 46%. 0.3: a "
-    "smaller model or a less tuned stack; 0.55: Megatron's best",
-    sweep=(0.3, 0.4, 0.55),
+    mechanism="the share of the GPU's dense tensor peak a training step's model flops (6 N + "
+    "PaLM's attention term: MFU, the full recompute's extra forward not counted) run at, the "
+    "layout's own traffic and the recompute pass (`TRAIN_CONFIG`) inside it (`train_step`)",
+    basis="inferred",
+    source="Megatron-LM on A100 reached 52% of peak at 175B-1T (Narayanan et al. 2021) counting "
+    "F = 96 B s l h^2 (1 + s/6h + V/16lh) flops, 4 passes a layer with its activation "
+    "recomputation: hardware flops (HFU); the model flops priced here are 3 passes, 72 (1 + "
+    "s/6h + V/12lh), so their MFU is 52% x 72/96 = 0.39 (hunt 80: 0.4 with 0.55 at the top "
+    "was priced on the 6N basis, an HFU of 0.53 to 0.73 under full recompute). 0.3: a "
+    "smaller model or a less tuned stack (assumed); 0.43: the best of the cited runs as MFU "
+    "under full recompute, PaLM 540B's 57.8% HFU x 3/4 (Chowdhery et al. 2022) and "
+    "Llama 3 405B's best 43% MFU on H100 (Llama 3 paper, table 4; 38-43%)",
+    sweep=(0.3, 0.39, 0.43),
     limits=(0.01, 1.0),
 )
 # `--assume gpu.train_mfu=F` (hunt 70: the 0.4 set every GPU row of `weight-streaming` and was
@@ -146,6 +168,16 @@ TRAIN_PASSES = 4  # a layer a micro-batch: forward 1 + full recompute 1 + backwa
 AROUND_PASSES = 3  # the embedding, final norm, head and loss: forward 1 + backward 2
 OPTIMIZER_KERNELS_PER_LAYER = 1  # a step: a fused multi-tensor AdamW launch a layer
 TP_ALLREDUCES_PER_LAYER = 6  # a micro-batch, tp > 1: Megatron's 2 fwd + 2 bwd + 2 recompute
+# The share of a micro-batch's work its backward takes, recompute included: full recompute's
+# forward again + the backward at twice it, 3 of the `TRAIN_PASSES` 4 (Narayanan et al.
+# 2021's F counts 4 x 24 B s l h^2 a layer with recomputation; the head's 3 passes, 2
+# backward, not told apart). Megatron-LM runs every micro-batch but the last under no_sync
+# (megatron/core/pipeline_parallel/schedules.py, forward_backward_no_pipelining and
+# _without_interleaving: "Disable async grad reductions", enable_grad_sync() before the last
+# backward), so --overlap-grad-reduce (`TRAIN_CONFIG`) runs the data-parallel ring's
+# buckets under this share of the LAST micro-batch only (hunt 80: 2/3, a bare literal, of
+# all m micro-batches' busy time hid it)
+GRAD_OVERLAP_SHARE = (TRAIN_PASSES - 1) / TRAIN_PASSES
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -239,11 +271,18 @@ def train_flops_per_token(model: DecoderShape, seq_len: int) -> float:
 
 def stage_flops_per_token(model: DecoderShape, seq_len: int, pp: int) -> float:
     """The busiest pipeline stage's share of `train_flops_per_token` (module docstring): L /
-    pp layers' 6 x weights + 12 (H Q) T each, and the output head's 6 d V on the last stage
-    (with the layers' weights, N_matmul). At pp 1, all of it."""
+    pp layers' 6 x weights + 12 (H Q) T each (`layers_flops_per_token`), and the output
+    head's 6 d V on the last stage (with the layers' weights, N_matmul). At pp 1, all of it."""
+    return layers_flops_per_token(model, seq_len, pp) + 6 * model.vocab_size * model.d_model
+
+
+def layers_flops_per_token(model: DecoderShape, seq_len: int, pp: int) -> float:
+    """A stage's L / pp layers' share of `train_flops_per_token`, 6 x weights + 12 (H Q) T a
+    layer: every stage's but the last's whole work (the first stage's embedding lookup is a
+    gather, no flops), the last's without its head."""
     layer = 6 * (attn_matmul_params(model) + mlp_matmul_params(model))
     layer += 12 * attn_dim(model) * seq_len
-    return model.n_layers // pp * layer + 6 * model.vocab_size * model.d_model
+    return model.n_layers // pp * layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,30 +341,62 @@ def train_floor(
 
 
 def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
-    """The step of `layout` at its busiest rank's pace (module docstring): the last stage's
-    micro-batches (batch / (dp b), b its micro-batch size; `layouts` keeps dp b | batch), its
-    sends, the bubble, and the excess over 2/3 of the busy time of the largest stage's
-    gradient ring (`stage_params` / tp fp32 main gradients, `GRAD_BYTES`: the last stage's
-    layers + head, or the first's layers + embedding), on
-    NVLink where Megatron's rank order (tp innermost, then dp, then pp) keeps each dp group
-    in a node, else InfiniBand; and, tied embeddings at pp > 1, the embedding group's
-    all-reduce after it (`embedding_allreduce_s`)."""
-    tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
+    """The step of `layout` (module docstring): 1F1B over pp stages of m = batch / (dp b)
+    micro-batches each (b its micro-batch size; `layouts` keeps dp b | batch), the last
+    stage (layers + head) the slowest, its m micro-batches and their sends the busy part,
+    the fill and drain at each other stage's own pace (`_bubble_s`); the data-parallel
+    gradient rings' excess over what follows each end stage's last backward
+    (`_exposed_ring_s`: the first's layers + embedding, the last's layers + head, `GRAD_BYTES`
+    fp32 main gradients over tp, on NVLink where Megatron's rank order (tp innermost, then
+    dp, then pp) keeps each dp group in a node, else InfiniBand); and, tied embeddings at pp
+    > 1, the embedding group's all-reduce after them (`embedding_allreduce_s`)."""
+    tp, dp, pp = layout.tp, layout.dp, layout.pp
     micro = math.ceil(batch / (dp * layout.micro_batch))
-    flops = micro * layout.micro_batch * seq_len * stage_flops_per_token(model, seq_len, pp)
-    compute = flops / (tp * gpu.peak_flops * mfu)
+    tokens, speed = micro * layout.micro_batch * seq_len, tp * gpu.peak_flops * mfu
+    compute = tokens * stage_flops_per_token(model, seq_len, pp) / speed  # the last stage's
     busy = max(compute, floor.floor_s)
-    sends = SENDS_PER_MICRO * micro * stage_hop_s(model, gpu, layout, seq_len)
-    bubble = (busy + sends) * (pp - 1) / micro
-    in_node = dp_ring_in_node(tp, dp, pp, node)
-    bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
-    lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
-    grad_bytes = GRAD_BYTES * stage_params(model, pp) / tp  # the largest stage's ring
-    ring = ring_allreduce_s(grad_bytes, dp, bw, lat)
-    exposed = max(0.0, ring - busy * 2 / 3)
+    hop = stage_hop_s(model, gpu, layout, seq_len)
+    sends = SENDS_PER_MICRO * micro * hop
+    other = max(tokens * layers_flops_per_token(model, seq_len, pp) / speed, floor.floor_s)
+    other = other if pp > 1 else busy  # a stage without the head (at pp 1, the one stage)
+    bubble = _bubble_s(pp, micro, other, sends)
+    ring, exposed = _exposed_ring_s(model, gpu, layout, (micro, hop), (busy, other))
     tied = embedding_allreduce_s(model, gpu, layout)
     step_s = busy + sends + bubble + exposed + tied
     return TrainStep(step_s, compute, bubble, ring, exposed, layout, floor, sends, tied)
+
+
+def _bubble_s(pp: int, micro: int, other_s: float, sends_s: float) -> float:
+    """1F1B's fill and drain beyond the last stage's busy time and sends: Megatron's
+    non-interleaved schedule (warm-up min(pp - i - 1, m) forwards, 1F1B, cool-down) takes
+    sum_i t_i + (m - 1) t_max a step, t_i stage i's forward and backward of one micro-batch
+    with its sends, where the last stage (its head) is the slowest: the other pp - 1 stages'
+    one micro-batch each, `other_s` / m of compute (m micro-batches' `other_s`) + its two
+    hops (`sends_s` / m). Hunt 80: (pp - 1) t_max was priced, the fill and drain at the last
+    stage's pace (Llama 3 8B on pp 16 at m 1: 16 x 6.57 layers' time for 15 x 3.42 + 6.57)."""
+    return (other_s + sends_s) * (pp - 1) / micro
+
+
+def _exposed_ring_s(model, gpu, layout, micro_hop: tuple, busy: tuple) -> tuple[float, float]:
+    """(the largest stage's data-parallel gradient ring, the part of the rings that no
+    computation hides), `micro_hop` (m, one hop between stages), `busy` (the last stage's m
+    micro-batches, another stage's). Each end stage's ring (`end_stage_params` / tp fp32
+    main gradients) runs under --overlap-grad-reduce from its last micro-batch's backward
+    (`GRAD_OVERLAP_SHARE` of its one micro-batch, then its send) to the step's end: the first
+    stage's backward is 1F1B's last, the last stage's is followed by the other pp - 1
+    stages' last backwards and hops (the cool-down); a middle stage's ring is no larger than
+    the end stages' and is followed by more. At pp 1, GRAD_OVERLAP_SHARE x busy / m."""
+    tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
+    (micro, hop), (last, other) = micro_hop, busy
+    in_node = dp_ring_in_node(tp, dp, pp, node)
+    bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
+    lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
+    first_p, last_p = end_stage_params(model, pp)
+    rings = [ring_allreduce_s(GRAD_BYTES * p / tp, dp, bw, lat) for p in (first_p, last_p)]
+    back = GRAD_OVERLAP_SHARE * other / micro + hop  # a non-last stage's last backward
+    windows = (back, GRAD_OVERLAP_SHARE * last / micro + hop + (pp - 1) * back)
+    exposed = max(0.0, *(r - w for r, w in zip(rings, windows, strict=True)))
+    return max(rings), exposed
 
 
 def train_step(
@@ -380,11 +451,13 @@ def _fastest(model, gpu, runs: list[TrainLayout], job: tuple[int, int], at: tupl
     the first of equals (the smaller micro-batch). A split's larger sizes are skipped once
     the kernel floor no longer binds and a bound on them is no faster than the best: the
     floor only falls as b grows (fewer micro-batches of the same work), so past it the busy
-    time is the compute, and with m' < m micro-batches a step is at least compute (1 + (pp -
-    1) / m) + the exposed ring + the tied all-reduce (sends >= 0); at pp 1 that is the step
-    itself, so a compute-bound split prices b = 1 alone."""
+    time is the compute, and with m' < m micro-batches a step is at least compute + the
+    other stages' compute (pp - 1) / m + the tied all-reduce (sends and the exposed ring >=
+    0: the ring's window, the last micro-batch's backward, grows with b); at pp 1 that is
+    the compute, so a compute-bound split whose ring is hidden prices b = 1 alone."""
     best: TrainStep | None = None
     skip: tuple[int, int, int] | None = None
+    seq_len = job[0]
     for x in runs:
         split = (x.dp, x.tp, x.pp)
         if split == skip:
@@ -394,7 +467,9 @@ def _fastest(model, gpu, runs: list[TrainLayout], job: tuple[int, int], at: tupl
             best = s
         if s.floor.floor_s <= s.compute_s:
             m = job[1] / (x.dp * x.micro_batch)
-            bound = s.compute_s * (1 + (x.pp - 1) / m) + s.exposed_allreduce_s
+            others = layers_flops_per_token(model, seq_len, x.pp)
+            others /= stage_flops_per_token(model, seq_len, x.pp)  # their compute per the last's
+            bound = s.compute_s * (1 + others * (x.pp - 1) / m)
             if bound + s.embedding_allreduce_s >= best.step_s:
                 skip = split
     return best

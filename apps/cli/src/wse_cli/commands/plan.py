@@ -82,7 +82,7 @@ WAFER_DTYPE = typer.Option(
 TRAIN_WAFER = preset_option("a params file's runconfig.wafer, else wse3", "--wafer",
                             help="Wafer preset: wse1, wse2, wse3")  # fmt: skip
 MFU = number(None, "--mfu", help="GPU model flops utilisation (default: the assumption "
-             "gpu.train_mfu, 0.4).", ge=0.01, le=1)  # fmt: skip
+             "gpu.train_mfu, 0.39).", ge=0.01, le=1)  # fmt: skip
 USD_GPU = number(None, "--usd-per-gpu-hour", help="Default: wse_systems.gpu.", ge=0,
                  le=MAX_USD_PER_HOUR, unit="USD/h")  # fmt: skip
 USD_SYS = number(None, "--usd-per-system-hour", help="Per wafer system; default in economics.",

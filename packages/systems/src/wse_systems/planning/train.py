@@ -238,7 +238,8 @@ def plan_train(
         _numerics(cfg, precision, g_precision),
         f"GPU training at MFU {mfu:g} ({'--mfu' if asked else 'gpu.train_mfu'}) of "
         f"{g_run.peak_flops / 1e12:g} TFLOP/s {g_precision}: {_peak_source(g_precision)}; "
-        f"PaLM flop accounting 6N + 12LHQT; {gpum.BYTES_PER_PARAM_TRAIN} bytes a parameter "
+        f"PaLM flop accounting 6N + 12LHQT (model flops: full recompute's extra forward is "
+        f"inside the MFU); {gpum.BYTES_PER_PARAM_TRAIN} bytes a parameter "
         "+ activations with full recompute",
         "wafer time: wse_trainer's weight-streaming prediction (each layer's products priced "
         "by mechanism on the wafer, weights streamed in and gradients out, overlapped); "
