@@ -122,14 +122,17 @@ def test_stencil_bicgstab_returns_the_best_pass_not_the_last(monkeypatch):
 def test_fields_cg_returns_the_best_pass_not_the_last(monkeypatch):
     shape = (10, 8, 1)
     grid = field_grid(preset("small"), shape, periodic=(True, True, True))
-    bv = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    # seed 5: hunt 80's zero-mean fold moved the passes (seed 0's last is now only 1.6 %
+    # worse: 1.29e-7 -> 1.31e-7, on the 8 CPU devices the tests run on)
+    bv = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     b = grid.field("b", bv)
     lap = S.poisson(b)
     seen: list[float] = []
     _recording(monkeypatch, S, seen)
     res = jax.jit(S.cg(lap, tol=1e-8, maxiter=2000, nullspace=True))(b)
     jax.block_until_ready(res.residual)
-    # the case's premise: passes 9.6e-7 -> 1.06e-6 in ||b - A x||, the last worse
+    # the case's premise: passes 1.04e-7 -> 1.28e-7 in ||b - A x||, the last worse (before
+    # hunt 80, seed 0: 9.6e-7 -> 1.06e-6)
     assert len(seen) >= 3 and seen[-1] > min(seen) * 1.05
     # before: the last pass's residual, 10 % above the best
     assert float(res.residual) == pytest.approx(min(seen), rel=1e-6)
@@ -142,4 +145,5 @@ def test_fields_cg_returns_the_best_pass_not_the_last(monkeypatch):
     x = np.asarray(res.x.numpy(), np.float64).ravel()
     bb = bv.ravel().astype(np.float64) - bv.mean()
     truth = np.linalg.norm(bb - a @ x) / np.linalg.norm(bb)
-    assert truth == pytest.approx(min(seen), rel=5e-2) and truth < seen[-1]
+    # fp32's ||b - A x|| near 1e-7 is itself rounded by ~10 % (1.04e-7 against fp64's 1.14e-7)
+    assert truth == pytest.approx(min(seen), rel=0.15) and truth < seen[-1]

@@ -92,7 +92,8 @@ class FlowState(NamedTuple):
     p: Field  # pressure (the projection's phi), zero mean
     T: Field
     cg_iterations: jax.Array  # int32, of the last step's Poisson solve
-    cg_residual: jax.Array  # fp32 ||r|| / ||b|| it stopped at (CG's recurrence residual)
+    # fp32 true ||b - A p|| / ||b|| of the solve, b the divergence less its mean (`solvers.cg`)
+    cg_residual: jax.Array
 
 
 class FlowFns(NamedTuple):

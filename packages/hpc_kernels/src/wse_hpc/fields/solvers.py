@@ -20,9 +20,20 @@ tol -0.5 ran as 0.5, maxiter 2.5 ran 3 and 10**12 failed inside JAX).
   shifts of 2, 4, 8 ... PEs, so it is the preconditioner that keeps a wafer's PEs busy (and
   on a constant-coefficient Laplacian it only corrects the wall rows). `nullspace=True`
   solves a singular system whose null space is the constants (all-periodic or all-Neumann
-  Poisson): b and x0 are projected to zero mean (an x0's constant is the null space's: hunt
-  79, x0 = 1000 left x 1.4 % off), the residual is re-projected every iteration (one more
-  reduction, fused in the same allreduce on the wafer) and x is returned with zero mean.
+  Poisson), as the pressure Poisson's compatibility asks: b is projected to b_proj = b -
+  mean(b) (the part of b no x can reach; `SolveResult.projected` says how much of b that
+  was), x0 to zero mean (an x0's constant is the null space's: hunt 79, x0 = 1000 left x
+  1.4 % off), the residual is re-projected every iteration (one more reduction, fused in the
+  same allreduce on the wafer), every pass's x is folded back to zero mean (hunt 80: Jacobi's
+  z = D^-1 r is not zero-mean at Neumann walls, the constant piled up in x and fp32 rounded
+  away what mattered: x0 = 50 x random stopped unconverged after 84 of 2,000 iterations),
+  and x is returned with zero mean: the least-squares solution of least norm, SciPy's
+  `lstsq` / `pinv` one. `residual` is then ||b_proj - A x|| / ||b_proj|| (= ||b - A x|| /
+  ||b|| for a consistent b, sum(b) = 0; else the caller's own ||b - A x|| / ||b|| is
+  sqrt(residual^2 (1 - projected^2) + projected^2), the two parts being orthogonal) and
+  `converged` says it met tol. The option is refused (FieldError) for an operator that does
+  not map the constants to zero (`wse_hpc.fields.null_space`; hunt 80: Neumann x /
+  Dirichlet y was accepted and a wrong x said converged).
   CG runs on the correction from 0 of a start x (x0, or 0) until its recurrence meets tol
   ||b||, folds it into x and checks the true residual (one SpMV and one reduction); where
   the truth misses tol (fp32 rounds b - A x0 at eps32 ||A|| ||x0||: hunt 79, x0 = 1000
@@ -56,6 +67,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from wse_hpc.fields.grid import Field, FieldError, scope
+from wse_hpc.fields.null_space import check_null_space
 from wse_hpc.fields.operators import (
     axes,
     dot,
@@ -92,8 +104,14 @@ TINY = 1e-30  # guards divisions by a dot product that is exactly zero (a conver
 class SolveResult(NamedTuple):
     x: Field
     iterations: jax.Array  # int32
-    residual: jax.Array  # fp32 ||b - A x|| / ||b||, the true residual of the x returned
+    # fp32 ||b - A x|| / ||b||, the true residual of the x returned; with cg's nullspace=True
+    # of b_proj = b - mean(b) (the module docstring); NaN where that cg could only check its
+    # operator inside jit and found it not singular on the constants
+    residual: jax.Array
     converged: jax.Array  # bool: residual <= tol (fp32 may not reach it: see the solvers)
+    # fp32 ||b - b_proj|| / ||b||: the share of b that cg's nullspace=True projected away (a
+    # pressure Poisson's incompatible part, sum(b) != 0); 0 without the option
+    projected: jax.Array | float = 0.0
 
 
 def poisson(template: Field) -> ApplyFn:
@@ -174,8 +192,14 @@ def cg(
         return r if precondition is None else r * precondition
 
     def solve_fn(b: Field, x0: Field | None = None) -> SolveResult:
-        b = _zero_mean(b, nullspace)
+        singular = check_null_space(apply_fn, b) if nullspace else None
+        shift = 0.0  # ||b - b_proj|| = sqrt(N) |mean(b)|: ||b||^2 = ||b_proj||^2 + shift^2
+        if nullspace:
+            m = mean(b)
+            b, shift = b - m, jnp.sqrt(float(b.grid.cells)) * jnp.abs(m)
         bnorm = jnp.sqrt(dot(b, b))
+        whole = jnp.sqrt(bnorm**2 + shift**2)
+        projected = jnp.where(whole > 0, shift / jnp.maximum(whole, TINY), 0.0)
         x = b * 0.0 if x0 is None else x0.like(jnp.where(bnorm > 0, x0.data, 0.0))  # as SciPy
         x = _zero_mean(x, nullspace)  # an x0's constant is the null space's: it must not count
 
@@ -201,8 +225,13 @@ def cg(
             # the pass ends (its target met, or the cap): fold the correction in, check the
             # true residual, and go on from it unless done (a 0-or-1-trip loop, as refine's)
             due = (s.rr <= s.stop2) | (s.it >= maxiter)
-            check = lambda c: (False, _restart(c[1].x + c[1].d, True, c[1].it, c[1].t, c[1].best))
             return lax.while_loop(lambda c: c[0], check, (due, s))[1]
+
+        def check(c: tuple[bool, _Cg]) -> tuple[bool, _Cg]:
+            """Fold the pass's correction into x, back to zero mean with `nullspace` (hunt
+            80: Jacobi's z left its constant in d, and fp32 x lost the rest under it)."""
+            s = c[1]
+            return False, _restart(_zero_mean(s.x + s.d, nullspace), True, s.it, s.t, s.best)
 
         def _cg_step(s: _Cg) -> _Cg:
             ap = apply_fn(s.p)
@@ -222,7 +251,10 @@ def cg(
         # worse than the one before); 0 for b = 0 (x = 0, as SciPy)
         x, t = s.best
         res = jnp.where(bnorm > 0, t / jnp.maximum(bnorm, TINY), 0.0)
-        return SolveResult(_zero_mean(x, nullspace), s.it, res, residual_met(t, bnorm, tol))
+        met = residual_met(t, bnorm, tol)
+        if singular is not None:  # A read traced values: its probe ran here (no refusal)
+            res, met = jnp.where(singular, res, jnp.nan), met & singular
+        return SolveResult(_zero_mean(x, nullspace), s.it, res, met, projected)
 
     return solve_fn
 
@@ -284,7 +316,7 @@ def bicgstab(apply_fn: ApplyFn, *, tol: float = 1e-6, maxiter: int = 1000):
             x, its, residual = run(x1, its, 0.0)
             # the better pass's x (review 79: a later pass may end worse; `keep_best`)
             x, residual = keep_best((x1, first), (x, residual), first, residual)
-        return SolveResult(x, its, residual, residual <= tol)
+        return SolveResult(x, its, residual, residual <= tol, jnp.float32(0.0))
 
     return solve_fn
 
