@@ -33,7 +33,8 @@ class MdConfig:
     spec: WaferSpec  # the wafer the run emulates and is priced on (required: no default wafer)
     defect_seed: int | None = None
     mesh_shape: tuple[int, int] | None = None
-    skin_A: float = 1.0  # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units)
+    # neighbour-list skin (LAMMPS `neighbor 1.0 bin` in metal units); 0 rebuilds every step
+    skin_A: float = 1.0
     grid: tuple[int, int] | None = None  # PE rows, cols (default: `mapping.choose_grid`)
     tile: tuple[int, int] | None = None  # the map's tile (default: `mapping.choose_tile`)
     # steps per neighbour-list rebuild at the start (then adapted); None: the steps the

@@ -162,8 +162,11 @@ def check_config(config: MdConfig) -> None:
         raise WseError(f"dtype must be 'float32' or 'float64', got {shown_setting(config.dtype)}")
     if not is_finite(config.dt_fs) or not config.dt_fs > 0:
         raise WseError(f"the timestep must be positive and finite, got dt = {config.dt_fs} fs")
-    if not is_finite(config.skin_A) or not config.skin_A > 0:
-        raise WseError(f"the neighbour-list skin must be positive, got {config.skin_A} A")
+    if not is_finite(config.skin_A) or not config.skin_A >= 0:  # 0: LAMMPS's neighbor 0.0
+        raise WseError(
+            f"the neighbour-list skin must be a finite number >= 0 A (0: lists rebuilt "
+            f"every step), got {config.skin_A} A"
+        )
     t = config.temperature_K
     if t is not None and not (is_finite(t) and 0 <= t < EXPLODED_TEMPERATURE_K):
         raise WseError(

@@ -127,7 +127,11 @@ class MdResult:
 def initial_every(velocities_A_ps: np.ndarray, skin_A: float, dt_fs: float) -> int:
     """Steps the fastest atom takes to cross skin / 2 at its speed (1 .. MAX_REBUILD_EVERY):
     the cadence a run starts with (`pe_program.ballistic_every` is the same bound for a
-    Maxwell-Boltzmann ensemble); the shell's check after each chunk keeps it exact."""
+    Maxwell-Boltzmann ensemble); the shell's check after each chunk keeps it exact. Skin 0
+    (LAMMPS's `neighbor 0.0`): 1, every step, even from rest (forces set atoms moving, and
+    any move would run the chunk again at half the cadence)."""
+    if skin_A == 0:
+        return 1
     fastest = float(np.sqrt((np.asarray(velocities_A_ps) ** 2).sum(-1)).max(initial=0.0))
     if fastest == 0.0:
         return MAX_REBUILD_EVERY

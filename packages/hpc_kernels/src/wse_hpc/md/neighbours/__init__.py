@@ -19,7 +19,9 @@ the host).
 - `track_fn(atoms, nbrs) -> Neighbours`: each PE's own check, no fabric: `drift2` keeps the
   largest squared displacement of its atom from its build position seen at any step. The
   lists are exact while every atom stays within skin / 2 of its build position (any pair
-  within the cutoff then was within cutoff + skin at the build).
+  within the cutoff then was within cutoff + skin at the build). Skin 0 (LAMMPS's
+  `neighbor 0.0`): exact only when rebuilt at every step, the cadence the shell starts it
+  at (`simulate.initial_every`); at a longer one any move runs the chunk again.
 - `drift_fn(nbrs) -> ()`: the largest `drift2` on the wafer (one fabric max reduction), run by
   the shell once per chunk of steps: above (skin / 2)^2 some step used stale lists (LAMMPS
   would count a "dangerous build"), and the shell runs the chunk again with a shorter

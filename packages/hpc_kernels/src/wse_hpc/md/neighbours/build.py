@@ -2,7 +2,7 @@
 structure every list kernel closes over.
 
 Contract: `list_spec(wafer, pot, plan, chunk) -> ListSpec` checks the plan (`plan.caps`:
-one capacity per row offset -k_rows .. k_rows, then the total M; `plan.skin_A` > 0) and
+one capacity per row offset -k_rows .. k_rows, then the total M; `plan.skin_A` >= 0) and
 derives, on the host, what the kernels need: the row offsets in march order
 (`march_order`) and their capacities, the forces' window depth, the active PEs per block.
 `select(spec, region, pos, held, pe_row, pe_col)` is the build on one block of
@@ -81,8 +81,8 @@ def list_spec(wafer: Wafer, pot: EamPotential, plan: EamPlan, chunk: int) -> Lis
     together); raises `WseError` for a plan without skin or capacities, or without any
     candidate."""
     kr, kc = plan.k_rows, plan.k_cols
-    if len(plan.caps) != 2 * kr + 2 or not plan.skin_A > 0:
-        raise WseError("a neighbour-list plan needs skin_A > 0 and 2 k_rows + 2 capacities")
+    if len(plan.caps) != 2 * kr + 2 or not plan.skin_A >= 0:
+        raise WseError("a neighbour-list plan needs skin_A >= 0 and 2 k_rows + 2 capacities")
     dtype = jnp.dtype(plan.dtype)
     spl = splines_for(pot, dtype)
     cutoff, skin = pot.cutoff_A, plan.skin_A
