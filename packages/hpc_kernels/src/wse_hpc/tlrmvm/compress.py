@@ -7,8 +7,13 @@ U_ij V_ij^H of the smallest rank k_ij (at least 1 for a tile that is not zero) w
 acc, `TLRMVM_Util.saveUV`, whose bound is the whole matrix's norm, so a small far tile keeps
 few ranks), or <= eps * ||A_ij||_F under `rule="tile"` (stricter: 1.45-2.2x the ranks of
 the synthetic slices, n 1024-9801, nb 64-256; hunt 71: it was the only rule, though the
-words said ecrc's). Truncated SVD; a randomized range finder first for tiles of at least
-`RANDOMIZED_MIN_TILE` rows. Summed over the T tiles, ||A - A_tlr||_F / ||A||_F is at most
+words said ecrc's). A nonzero tile that rank 0 would meet keeps rank 1, as ecrc's `saveUV`
+keeps it (it writes rank 0 as rank 1 with zero bases, so its rank file and compression
+rate count 1); here that rank 1 is the tile's leading singular pair, the same storage and
+work and a smaller error (hunt 80: 19 such tiles of 40 on a 300 x 500 matrix, nb 64,
+threshold 1e-3; the printed compression is ecrc's). Truncated SVD; a randomized range
+finder first for tiles of at least `RANDOMIZED_MIN_TILE` rows.
+Summed over the T tiles, ||A - A_tlr||_F / ||A||_F is at most
 eps ("tile") or eps * sqrt(T) ("matrix"): `TlrOperator.error_bound`, and for any x
 ||A x - A_tlr x|| <= error_bound * ||A||_F * ||x||. The tile's bound is certified on what is
 stored: each tile's U V^H is rebuilt in fp32 and measured against the tile, and a tile whose
