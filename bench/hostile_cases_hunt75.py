@@ -35,5 +35,5 @@ def hunt75_cases() -> list[Case]:
              note="did you mean 'train_input'?"),
         Case("hunt75", "train ModelZoo's train_input.shuffle (hunt 75)",
              _train("train_input.shuffle=false"),
-             message="no equivalent: batches are always shuffled"),
+             message="always draws its batches in a seeded shuffle"),
     ]  # fmt: skip

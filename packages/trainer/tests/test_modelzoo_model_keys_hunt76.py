@@ -129,17 +129,19 @@ def test_nonlinearity_moves_to_the_activation_modelzoo_computes(name):
     [
         ("tiny", "model.nonlinearity=swiglu", "model.nonlinearity 'swiglu' is a gated MLP "
          "(act(gate) * up), the llama arch's here; use one of gelu, gelu_new, gelu_fast, relu, "
-         "squared_relu, silu, swish (this model is gpt2), or a llama preset"),
+         "squared_relu, silu, swish (this model is gpt2), or give model.arch: llama (or a llama "
+         "preset)"),
         ("llama3_8b", "model.nonlinearity=gelu", "model.nonlinearity 'gelu' is an MLP of one "
          "activation, the gpt2 arch's here; use one of swiglu, reglu, geglu (this model is "
-         "llama), or a gpt2 preset"),
+         "llama), or give model.arch: gpt2 (or a gpt2 preset)"),
         ("tiny", "model.nonlinearity=mish", "model.nonlinearity 'mish' has no equivalent here"),
         ("tiny", "model.position_embedding_type=rotary", "model.position_embedding_type "
-         "'rotary': positions are the arch's here, and this gpt2 model runs 'learned'; use a "
-         "llama preset for it, or leave the key out"),
+         "'rotary': positions are the arch's here, and this gpt2 model runs 'learned'; give "
+         "model.arch: llama (or a llama preset) to run it, or leave the key out"),
         ("tiny", "model.position_embedding_type=alibi", "give 'learned', or leave the key out"),
         ("llama3_8b", "model.use_ffn_bias=true", "model.use_ffn_bias true: biases are the "
-         "arch's here, and this llama model runs false; use a gpt2 preset for it"),
+         "arch's here, and this llama model runs false; give model.arch: gpt2 (or a gpt2 preset) "
+         "to run it"),
         ("tiny", "model.embedding_dropout_rate=0.1", "model.embedding_dropout_rate 0.1: there "
          "is no dropout here"),
         ("tiny", "model.mixed_precision=true", "unknown key model.mixed_precision (no such key: "

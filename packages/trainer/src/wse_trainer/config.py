@@ -6,7 +6,10 @@ checkpoints, `num_csx`, the wafer). `load_config(path, overrides)` reads the fil
 dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML; `key=null` as
 `key: null` in the file, `wse_trainer.override_nulls`) and returns a frozen `TrainConfig`;
 ModelZoo's spellings of our settings (`runconfig.eval_steps`, `max_checkpoints`,
-`optimizer.betas`, GPT-2's model keys) are moved to ours (`wse_trainer.modelzoo_keys`).
+`optimizer.betas`, GPT-2's model keys) are moved to ours (`wse_trainer.modelzoo_keys`), its
+keys that change nothing here read with a note (`wse_trainer.modelzoo_ignored`; a data
+processor's `vocab_size` checked against the model's here, once every section is read), its
+model keys read by the model (`wse_trainer.modelzoo_model`).
 Unknown sections or keys, duplicate keys and wrong types are `ConfigError`s naming the key
 and what to give instead. What the values cannot run is checked before anything compiles by
 `wse_trainer.config_check.check_config`.
@@ -29,7 +32,8 @@ from wse_core.errors import WseError, quoted_number, shown, shown_value, suggest
 from wse_core.host.readers import load_yaml, read_text
 from wse_core.hw.presets import spec_loader
 
-from wse_trainer import modelzoo_keys
+from wse_trainer import modelzoo_keys, modelzoo_model
+from wse_trainer.modelzoo_ignored import IGNORED_NOTES, ignored
 from wse_trainer.modelzoo_keys import MODELZOO_KEYS, Written, hint, moved, moved_problem, same
 from wse_trainer.modelzoo_runconfig import runconfig_read
 from wse_trainer.optimizer_names import (
@@ -92,6 +96,9 @@ class OptimizerConfig:
     momentum: float | None = None  # None: 0 for sgd (as ModelZoo's SGD), else 0.9
     nesterov: bool = False  # sgd / momentum: Nesterov momentum (ModelZoo's SGD nesterov)
     max_gradient_norm: float | None = None  # global-norm clipping
+    # ModelZoo's clipping by value (torch's clip_grad_value_): each gradient element into
+    # [-v, v], before the optimizer; one of the two clippings, as ModelZoo allows
+    max_gradient_value: float | None = None
 
     def __post_init__(self) -> None:  # adamw's and adam's unread 0.9: as runs saved it before
         for field, names in (("optimizer_type", OPTIMIZER_NAMES), ("lr_schedule", SCHEDULE_NAMES)):
@@ -139,7 +146,7 @@ class TrainConfig:
     optimizer: OptimizerConfig
     runconfig: RunConfig
     # ModelZoo's keys read and dropped, as changing nothing here: the lines a run says of them
-    # (`modelzoo_keys.ignored`; not saved with the run: they are no setting)
+    # (`modelzoo_ignored.ignored`; not saved with the run: they are no setting)
     notes: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,12 +226,14 @@ class _Said:
     """What reading a params mapping found: each setting that cannot run (`problems`: its
     line alone, and the line in a list of several), all said in one error (hunt 79: ModelZoo's
     params_gpt2_small.yaml took 13 runs, one refused key each), and the keys read and dropped
-    (`ignored`: by their note, `modelzoo_keys.IGNORED_NOTES`)."""
+    (`ignored`: by their note, `modelzoo_ignored.IGNORED_NOTES`), with the data processors'
+    vocab_size given (`vocab`: checked against the model's once every section is read)."""
 
     def __init__(self) -> None:
         self.problems: list[tuple[str, str]] = []
         self.ignored: dict[str, list[str]] = {}
         self.unknown: dict[str, list[str]] = {}  # unknown keys by their note: listed once
+        self.vocab: dict[str, Any] = {}
 
     def add(self, line: str, listed: str | None = None) -> None:
         self.problems.append((line, line if listed is None else listed))
@@ -249,7 +258,7 @@ class _Said:
         )
 
     def notes(self) -> tuple[str, ...]:
-        return tuple(f"note: {', '.join(k)}: {modelzoo_keys.IGNORED_NOTES[n]}"
+        return tuple(f"note: {', '.join(k)}: {IGNORED_NOTES[n]}"
                      for n, k in self.ignored.items())  # fmt: skip
 
 
@@ -278,11 +287,13 @@ def _section(name: str, data: Any, written: Mapping[str, Written], said: _Said) 
             data = {k: v for k, v in data.items() if k != "autoload_checkpoint"}
     kwargs, before = {}, len(said.problems)
     for key, value in data.items():
-        if key not in fields and (ig := modelzoo_keys.ignored(name, str(key), value)):
+        if key not in fields and (ig := ignored(name, str(key), value)):
             if ig.why:
                 said.add(ig.why)
             else:  # hunt 79: changes nothing here, said in a note
                 said.ignored.setdefault(str(ig.note), []).append(f"{name}.{key}")
+                if key == "vocab_size" and value is not None:  # hunt 80: the model's, checked
+                    said.vocab[name] = value
         elif key not in fields:
             where = f"{name}.{shown(key, quote=False)}"
             _unknown(said, where, hint(name, key, fields), ", ".join(sorted(fields)))
@@ -339,26 +350,57 @@ def unknown_model_key(key: Any) -> str:
 
 
 def _model_keys(data: Mapping[str, Any], said: _Said) -> None:
-    """Add to `said` the model section's unknown keys and ModelZoo keys the arch refuses, as
-    `session.model_config` refuses them, so that a file's are said with its others' (hunt 79)."""
-    import wse_models
-
+    """Add to `said` the model section's unknown keys and the lines and notes of ModelZoo's
+    keys read by the model (`modelzoo_model.read_model`), as `session.model_config` reads them,
+    so that a file's are said with its others' (hunt 79)."""
     fields = _model_fields()
     for key in data:
-        if key != "preset" and key not in fields | modelzoo_keys.MODEL_VALUES:
+        if key != "preset" and key not in fields | modelzoo_model.MODEL_VALUES:
             _unknown(said, *_unknown_model_key(key))
-    if not modelzoo_keys.MODEL_VALUES & data.keys():
-        return
+    import wse_models
+
+    given = {k: v for k, v in data.items() if k != "preset"}
     try:
-        arch = (
-            data.get("arch") or wse_models.preset_config(str(data.get("preset", "tiny-gpt2"))).arch
-        )
+        read = modelzoo_model.read_model(given, lambda: _preset(data))
     except wse_models.ModelConfigError:
         return  # the preset is refused when the model is built
-    for key in (k for k in data if k in modelzoo_keys.MODEL_VALUES):  # in the file's order
-        one = {k: data[k] for k in (key, "mlp_activation") if k in data}
-        if why := modelzoo_keys.model_values(one, lambda a=arch: str(a))[1]:
-            said.add(why)
+    for line in read.lines:
+        said.add(line)
+    for note, keys in read.notes.items():
+        said.ignored.setdefault(note, []).extend(keys)
+
+
+def _preset(model: Mapping[str, Any]) -> Any:
+    """The `wse_models.ModelConfig` of the model section's preset (tiny-gpt2 by default)."""
+    import wse_models
+
+    return wse_models.preset_config(str(model.get("preset", "tiny-gpt2")))
+
+
+def _vocab_problems(model: Any, said: _Said) -> None:
+    """Add to `said` a data processor's vocab_size (ModelZoo's) other than the model's."""
+    import wse_models
+
+    if not said.vocab or not isinstance(model, Mapping):
+        return
+    ours = model.get("vocab_size")
+    if ours is None:
+        try:
+            ours = _preset(model).vocab_size
+        except wse_models.ModelConfigError:
+            return  # the preset is refused when the model is built
+    if type(ours) is not int:
+        return  # the model refuses its vocab_size
+    whose = "" if "vocab_size" in model else f", preset {model.get('preset', 'tiny-gpt2')}'s"
+    for name, value in said.vocab.items():
+        if value != ours:
+            said.add(
+                f"{name}.vocab_size {shown_value(value)} is not the model's vocabulary "
+                f"(model.vocab_size {shown_value(ours)}{whose}): a run here tokenizes both "
+                "splits with its own tokenizer of model.vocab_size tokens, so ModelZoo's data "
+                f"processor vocabulary is the model's; give {shown_value(ours)}, or leave the "
+                "key out"
+            )
 
 
 def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
@@ -377,6 +419,7 @@ def _config(data: Mapping[str, Any], written: Mapping[str, Written]) -> TrainCon
         why = f"unknown section {name!r}{hint('', name, SECTIONS)}"
         said.add(f"{why}; sections: {', '.join(SECTIONS)}", why)
     sections = {name: _section(name, data.get(name), written, said) for name in SECTIONS}
+    _vocab_problems(data.get("model") or {}, said)
     said.raise_any()
     return TrainConfig(**default_splits(sections, data), notes=said.notes())
 

@@ -12,10 +12,13 @@ agree with each other (`batch_size % num_csx`, `num_steps` at most `max_steps`,
 `micro_batch_size` dividing the per-system batch, `cpu_shards` dividing the micro-batch, a
 decaying schedule's `min_learning_rate` at most its `learning_rate`, the sequence length
 against the model's, a vocabulary that holds the run's tokenizer, a decay past the warm-up),
-settings the optimizer does not read (`refuse_unused`) and empty run paths, with a value to
-use instead where there is one. `config_notes` are the lines a run says beside its output
-(an eval_frequency outside train_and_eval among them: one params file serves every mode, as
-in ModelZoo, so it is said, not refused; hunt 71); `scheduler_list` explains ModelZoo's
+settings the optimizer does not read (`refuse_unused`), one of the two clippings (ModelZoo's
+rule), a `train_input.eval_steps` (read by nothing: an evaluation's batches are eval_input's),
+ModelZoo's mode `eval_all` (`modelzoo_runconfig.eval_all_line`) and empty run paths, with a
+value to use instead where there is one. `config_notes` are the lines a run says beside its
+output (an eval_frequency outside train_and_eval among them: one params file serves every
+mode, as in ModelZoo, so it is said, not refused; hunt 71; and an eval_input.shuffle_seed,
+which orders nothing: eval batches are read in order); `scheduler_list` explains ModelZoo's
 `learning_rate:` list in this form.
 """
 
@@ -40,6 +43,7 @@ from wse_trainer.config import (
     refuse_unused,
 )
 from wse_trainer.modelzoo_keys import eval_steps_problem, keep_problem
+from wse_trainer.modelzoo_runconfig import eval_all_line
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit, scheduler_list
 
 __all__ = [
@@ -90,6 +94,13 @@ def _check_optimizer(opt: OptimizerConfig) -> None:
             raise ConfigError(why)
     _positive("optimizer.eps", opt.eps)  # 0 divides by a zero second moment
     _positive("optimizer.max_gradient_norm", opt.max_gradient_norm)  # None: no clipping
+    _positive("optimizer.max_gradient_value", opt.max_gradient_value)  # as ModelZoo's
+    if opt.max_gradient_norm is not None and opt.max_gradient_value is not None:
+        raise ConfigError(  # ModelZoo refuses both too (run_cstorch_flow)
+            f"optimizer.max_gradient_norm={opt.max_gradient_norm} and optimizer."
+            f"max_gradient_value={opt.max_gradient_value} both clip the gradient (by its "
+            "global norm; each element by value), and ModelZoo takes one: give one of them"
+        )
     _positive("optimizer.decay_steps", opt.decay_steps)
     for name in ("warmup_steps", "weight_decay", "min_learning_rate"):
         if not getattr(opt, name) >= 0:
@@ -175,6 +186,8 @@ def check_config(
         )
     _positive("optimizer.learning_rate", opt.learning_rate)
     _check_optimizer(opt)
+    if run.mode == "eval_all":  # hunt 80: "did you mean 'eval'?"
+        raise ConfigError(eval_all_line(run))
     _choice("runconfig.mode", run.mode, ("train", "eval", "train_and_eval"))
     _choice("optimizer.optimizer_type", opt.optimizer_type, ("adamw", "adam", "sgd", "momentum"))
     _choice("optimizer.lr_schedule", opt.lr_schedule, ("constant", "cosine", "linear"))
@@ -202,7 +215,8 @@ def _check_input_values(name: str, inp: InputConfig) -> None:
         )
     _positive(f"{name}.max_sequence_length", inp.max_sequence_length)
     _positive(f"{name}.max_corpus_bytes", inp.max_corpus_bytes)  # hunt 57: 0 a traceback
-    if inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
+    if name == "train_input" and inp.shuffle_seed < 0:  # NumPy's generators take seeds >= 0
+        # (eval batches are read in order: eval_input's seed is said to order nothing)
         raise ConfigError(f"{name}.shuffle_seed must be >= 0, got {inp.shuffle_seed}")
     _choice(f"{name}.split", inp.split, ("train", "eval", "all"))
     _check_micro_batch(name, inp, None)
@@ -260,6 +274,12 @@ def _check_run_extras(config: TrainConfig) -> None:
     run = config.runconfig
     if why := eval_steps_problem("eval_input.eval_steps", config.eval_input.eval_steps):
         raise ConfigError(why)
+    if (steps := config.train_input.eval_steps) is not None:  # hunt 80: read by nothing
+        raise ConfigError(
+            f"train_input.eval_steps={shown(steps, quote=False)} is read by nothing: the "
+            "batches each evaluation runs are eval_input.eval_steps (ModelZoo's "
+            "runconfig.eval_steps); give it there, or leave it out"
+        )
     if run.eval_frequency is not None and run.eval_frequency <= 0:
         raise ConfigError(
             f"runconfig.eval_frequency must be positive (steps between evaluations in "
@@ -354,6 +374,12 @@ def config_notes(config: TrainConfig) -> list[str]:
         notes.append(
             f"note: runconfig.eval_frequency={run.eval_frequency} has no effect with mode "
             f"{run.mode}, which {does}; it applies to mode train_and_eval"
+        )
+    seed = config.eval_input.shuffle_seed
+    if run.mode != "train" and seed != InputConfig.shuffle_seed:  # hunt 80: unread, unsaid
+        notes.append(
+            f"note: eval_input.shuffle_seed={seed} orders nothing: each evaluation reads the "
+            "eval split's batches in its order (ModelZoo's eval_input shuffle false)"
         )
     splits = ("train_input",) if run.mode == "train" else ("train_input", "eval_input")
     for name in splits:

@@ -13,29 +13,31 @@ mapping on its own, so that an override in either spelling replaces the file's v
 73: `optimizer.beta2=0.99` over a file's betas was "give it once"). `written_problem` checks
 a moved setting's range at read time, named as written.
 
-ModelZoo's model keys whose meaning here depends on the model's arch (`MODEL_VALUES`: the
-`nonlinearity`, and the settings the arch fixes, positions, norms, biases, dropout) are read
-once the arch is known, by `session.model_config`: `model_values(fields, arch_of)` moves a
-`nonlinearity` to our `mlp_activation` and drops a setting at the value the model runs, or
-says what runs instead (hunt 76: "did you mean 'tie_embeddings'?"), and gives a gpt2 whose
-heads alone are given (ModelZoo's GPT-2 has no other) as many key/value heads. Imports only
-`optimizer_names` of wse_trainer: the reader (`wse_trainer.config`) imports it.
+ModelZoo's keys with no setting here are refused with what to do instead (`MODELZOO_NOTES`,
+through `hint`); an unknown key is offered ours only where the two names are as close as a
+typo (`KEY_MATCH`; hunt 80: max_gradient_value was "did you mean 'max_gradient_norm'?", another
+clipping). ModelZoo's keys read and dropped at the values that mean what runs are
+`wse_trainer.modelzoo_ignored`'s, its model keys read by the model's arch
+`wse_trainer.modelzoo_model`'s; both import this module. Imports only `optimizer_names` of
+wse_trainer: the reader (`wse_trainer.config`) imports it.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from wse_core.errors import shown_value, suggest
+from wse_core.errors import shown_value
 
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit
 
-__all__ = ["IGNORED_NOTES", "Ignored", "LOADER_KEYS", "LOSS_SCALE_KEYS", "MODELZOO_KEYS",
-           "MODELZOO_NOTES", "MODEL_VALUES", "NONLINEARITIES", "Written", "ignored",
-           "eval_steps_problem", "hint", "keep_problem", "model_values", "moved",
-           "moved_problem", "same", "written_problem", "zoo_keys"]  # fmt: skip
+__all__ = ["INPUTS", "KEY_MATCH", "MODELZOO_KEYS", "MODELZOO_NOTES", "Written",
+           "eval_steps_problem", "hint", "keep_problem", "moved", "moved_problem", "same",
+           "written_problem", "yaml_text"]  # fmt: skip
+
+INPUTS = ("train_input", "eval_input")
 
 # (ModelZoo's section, its key) -> (our section, our keys), one key a value of its list;
 # ModelZoo's GPT-2 / Llama model keys are HF's names of ours (hunt 75: max_position_embeddings
@@ -57,7 +59,6 @@ MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
 # ModelZoo's keys with no setting here: what to do instead, said in the refusal (hunt 75); a
 # section's key "" is a top-level section
 _INPUT_NOTES = {
-    "shuffle": "no equivalent: batches are always shuffled, seeded by shuffle_seed",
     "drop_last": "no equivalent: a last partial batch is always dropped",
     # hunt 79: "did you mean 'data_dir'?", and a user put a path in it
     "data_processor": (
@@ -68,8 +69,12 @@ _INPUT_NOTES = {
     ),
 }
 MODELZOO_NOTES = {
-    **{(s, k): v for s in ("train_input", "eval_input") for k, v in _INPUT_NOTES.items()},
-    ("optimizer", "correct_bias"): "no equivalent: adam and adamw always correct the bias",
+    **{(s, k): v for s in INPUTS for k, v in _INPUT_NOTES.items()},
+    # hunt 80: "did you mean 'log_steps'?"; ModelZoo's is the optimizer's (run_cstorch_flow)
+    ("runconfig", "log_summaries"): (
+        "ModelZoo's log_summaries is an optimizer key: optimizer.log_summaries (its extra "
+        "TensorBoard summaries; read and dropped here)"
+    ),
     ("model", "mixed_precision"): (
         "no such key: model.dtype sets it; bfloat16 is 16-bit compute over fp32 master "
         "weights, as mixed_precision true, and float32 none"
@@ -91,101 +96,23 @@ MODELZOO_NOTES = {
 }
 
 
-# ModelZoo's keys that change nothing here, read and dropped with a note at the values that
-# mean what runs (`ignored`; hunt 79: refused one a run, with no note or none that fitted):
-# PyTorch DataLoader performance settings (no loader runs here), and loss scaling, which
-# ModelZoo applies to float16 gradients (model.dtype is float32 or bfloat16 here: their 8-bit
-# exponent needs none, and no loss scaling is applied). ModelZoo's loss_scaling_factor is 1.0
-# (none) unless given; its initial/max/min_loss_scale and steps_per_increase are read by
-# "dynamic" scaling only
-LOADER_KEYS = ("num_workers", "prefetch_factor", "persistent_workers")
-LOSS_SCALE_KEYS = ("loss_scaling_factor", "initial_loss_scale", "max_loss_scale",
-                   "min_loss_scale", "steps_per_increase")  # fmt: skip
-IGNORED_NOTES = {
-    "loader": (
-        "PyTorch DataLoader performance settings; no loader runs here (the corpus is read and "
-        "tokenized once, before training): ignored"
-    ),
-    "scale": (
-        "ModelZoo's loss scaling, for float16 gradients; there is no float16 here "
-        "(model.dtype float32 or bfloat16, whose 8-bit exponent needs no scaling) and no loss "
-        "scaling is applied: ignored"
-    ),
-    "dynamic": (
-        "dynamic loss scaling; there is no float16 here (model.dtype float32 or bfloat16) and "
-        "no scaling is applied: ignored, and a step whose loss or gradient norm is not finite "
-        "stops the run instead of being skipped"
-    ),
-}
-
-
-class Ignored(NamedTuple):
-    """An ignored key's note (an `IGNORED_NOTES` key) or the line why its value cannot be."""
-
-    note: str | None
-    why: str | None
-
-
-def _count(value: Any, least: int) -> bool:
-    """null, or a whole number >= `least`: ModelZoo's pydantic int fields take a whole float
-    (2.0 is 2; review 80: it was refused here), not a bool nor 2.5."""
-    whole = type(value) is int or (type(value) is float and value.is_integer())
-    return value is None or (whole and value >= least)
-
-
-def ignored(section: str, key: str, value: Any) -> Ignored | None:
-    """Whether ModelZoo's `section.key` at `value` is read and dropped here (`Ignored` with its
-    note), refused (`Ignored` with the line), or none of these keys (None)."""
-    where = f"{section}.{key}"
-    if section in ("train_input", "eval_input") and key in LOADER_KEYS:
-        ok = value is None or type(value) is bool
-        if key != "persistent_workers":
-            ok = _count(value, int(key == "prefetch_factor"))
-        want = {"num_workers": "a count >= 0", "prefetch_factor": "a count >= 1"}
-        if ok:
-            return Ignored("loader", None)
-        # review 80: "(ignored here: ...: ignored)" refused the key while saying it is dropped
-        return Ignored(
-            None,
-            f"{where} must be {want.get(key, 'true or false')} as ModelZoo requires, got "
-            f"{_yaml(value)} (a PyTorch DataLoader setting: no loader runs here, so a valid one "
-            "is read and dropped); fix it, or leave the key out",
-        )
-    if section != "optimizer" or key not in LOSS_SCALE_KEYS:
-        return None
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if key == "loss_scaling_factor":
-        if isinstance(value, str) and value.casefold() == "dynamic":
-            return Ignored("dynamic", None)
-        if value is None or (number and value == 1):
-            return Ignored("scale", None)
-        if not (number and 0 < value < math.inf):  # review 80: -1, 0 and .nan were "scales"
-            return Ignored(
-                None, f'{where} must be a positive number or "dynamic", got {_yaml(value)}'
-            )
-        return Ignored(
-            None,
-            (
-                f"{where} {_yaml(value)} is a static loss scale, which ModelZoo applies to keep "
-                "float16 gradients from underflowing; there is no float16 here (model.dtype "
-                "float32 or bfloat16) and no loss scaling, so the run would not be the one asked "
-                'for: give 1.0 (none) or "dynamic", or leave the key out'
-            ),
-        )
-    if key == "steps_per_increase" and _count(value, 1):
-        return Ignored("scale", None)
-    if key != "steps_per_increase" and (value is None or (number and 0 < value < math.inf)):
-        return Ignored("scale", None)
-    want = "a count >= 1" if key == "steps_per_increase" else "a positive number"
-    return Ignored(None, f"{where} must be {want}, got {_yaml(value)}")
+# How close (difflib's ratio) an unknown key must be to one of ours to be offered as "did you
+# mean": hunt 80's ModelZoo keys of another meaning scored 0.50-0.74 against ours
+# (max_gradient_value / max_gradient_norm 0.74, use_position_embedding / tie_embeddings 0.67,
+# log_summaries / log_steps 0.64, vocab_size / batch_size 0.60, grad_accum_steps / decay_steps
+# 0.52), a typo of ours 0.78 and more (seq_len / max_seq_len 0.78, lerning_rate 0.96);
+# wse_core.errors.suggest's 0.5 offered them all
+KEY_MATCH = 0.75
 
 
 def hint(section: str, key: str, keys: Iterable[str]) -> str:
     """What a refusal of ModelZoo's `section.key` (`section` "" for a top-level section) says
-    to do: its note (`MODELZOO_NOTES`), else the closest of `keys` (" (did you mean ...?)")."""
+    to do: its note (`MODELZOO_NOTES`), else the one of `keys` as close as a typo (`KEY_MATCH`:
+    " (did you mean ...?)"), else nothing."""
     if note := MODELZOO_NOTES.get((section, str(key))):
         return f" ({note})"
-    return suggest(str(key), keys)
+    close = difflib.get_close_matches(str(key), list(keys), n=1, cutoff=KEY_MATCH)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class Written(NamedTuple):
@@ -237,7 +164,8 @@ def moved_problem(data: Mapping[str, Any], *, nulls: bool = False) -> str | None
             return f"{section}.{key} must be a list [{', '.join(keys)}], got {got}"
         for name, v in zip(keys, values, strict=True):
             if name in target and not same(target[name], v) and not (nulls and v is None):
-                given = f"{ours}.{name} {_yaml(v)}, and {ours}.{name} is {_yaml(target[name])}"
+                was = yaml_text(target[name])
+                given = f"{ours}.{name} {yaml_text(v)}, and {ours}.{name} is {was}"
                 return f"{section}.{key} gives {given}; give it once"
     return None
 
@@ -290,111 +218,7 @@ def written_problem(where: str, key: str, value: Any) -> str | None:
     return eval_steps_problem(where, value) if key == "eval_steps" else None
 
 
-# ModelZoo's `nonlinearity` (its `layers/activations.py` names, read in any case, as its
-# `get_activation`) -> (our mlp_activation, gated). The gating is the arch's here: gpt2
-# applies one activation to the up projection, llama gates (act(gate) * up). ModelZoo's
-# "gelu" and "geglu" are torch's erf GELU; ours is the tanh form (HF's gelu_new), at most
-# 4.7e-4 from it (at x = 2.70)
-NONLINEARITIES = {"gelu": ("gelu", False), "gelu_new": ("gelu", False),
-                  "gelu_fast": ("gelu", False), "relu": ("relu", False),
-                  "squared_relu": ("relu2", False), "silu": ("silu", False),
-                  "swish": ("silu", False), "swiglu": ("silu", True), "reglu": ("relu", True),
-                  "geglu": ("gelu", True)}  # fmt: skip
-_DROPOUT = ("dropout_rate", "embedding_dropout_rate", "attention_dropout_rate")
-# ModelZoo's model keys whose value the arch fixes here: (gpt2's, llama's), and what runs;
-# a key at the model's own value is dropped, at another refused with that line
-_BY_ARCH = {
-    "position_embedding_type": (("learned", "rotary"), "positions are the arch's here"),
-    "norm_type": (("layernorm", "rmsnorm"), "the norm is the arch's here"),
-    **{k: ((True, False), "biases are the arch's here")
-       for k in ("use_projection_bias_in_attention", "use_ffn_bias_in_attention",
-                 "use_ffn_bias")},
-    "use_bias_in_output": ((False, False), "the output layer has no bias here"),
-    "attention_type": (("scaled_dot_product",) * 2, "attention is scaled dot product here"),
-    "loss_scaling": (("num_tokens",) * 2, "the loss is the mean over the batch's tokens here"),
-    "loss_weight": ((1.0, 1.0), "the loss is not weighted here"),
-    **{k: ((0.0, 0.0), "there is no dropout here") for k in _DROPOUT},
-}  # fmt: skip
-MODEL_VALUES = frozenset({"nonlinearity", *_BY_ARCH})
-
-
-def zoo_keys(section: str) -> list[str]:
-    """ModelZoo's keys of `section` read as ours (moved, or `MODEL_VALUES`)."""
-    moved_keys = [k for s, k in MODELZOO_KEYS if s == section]
-    return moved_keys + (sorted(MODEL_VALUES) if section == "model" else [])
-
-
-def _agrees(value: Any, ours: Any) -> bool:
-    """Whether a ModelZoo value is ours: text in any case, numbers by value, bools as bools."""
-    if isinstance(ours, str):
-        return isinstance(value, str) and value.casefold() == ours
-    if isinstance(ours, bool) or isinstance(value, bool):
-        return value is ours
-    return isinstance(value, int | float) and value == ours
-
-
-def _nonlinearity(value: Any, arch: str) -> tuple[str | None, str | None]:
-    """(our mlp_activation, None) for ModelZoo's nonlinearity on `arch`, or (None, why)."""
-    gated = arch == "llama"
-    names = [k for k, (_, g) in NONLINEARITIES.items() if g == gated]
-    use = f"use one of {', '.join(names)} (this model is {arch})"
-    if not isinstance(value, str) or value.casefold() not in NONLINEARITIES:
-        return (
-            None,
-            f"model.nonlinearity {shown_value(value)} has no equivalent here; {use}",
-        )
-    ours, its_gated = NONLINEARITIES[value.casefold()]
-    if its_gated != gated:
-        kind = "a gated MLP (act(gate) * up)" if its_gated else "an MLP of one activation"
-        other = "llama" if its_gated else "gpt2"
-        return None, (
-            f"model.nonlinearity {value!r} is {kind}, the {other} arch's here; {use}, or a "
-            f"{other} preset"
-        )
-    return ours, None
-
-
-def model_values(
-    fields: Mapping[str, Any], arch_of: Callable[[], str]
-) -> tuple[dict[str, Any], str | None]:
-    """(the model section's `fields` in our keys, None), or (`fields`, the line why not), of
-    a model whose arch ("gpt2" or "llama") `arch_of()` says, asked only where it matters:
-    ModelZoo's `MODEL_VALUES` keys read (module contract), and a gpt2's n_kv_heads its n_heads
-    where only n_heads is given (gpt2 has no grouped-query attention: ModelZoo's GPT-2 and
-    HF's GPT2Config give its heads alone)."""
-    asks = MODEL_VALUES & fields.keys() or ("n_heads" in fields and "n_kv_heads" not in fields)
-    arch = str(arch_of()) if asks else ""
-    out = dict(fields)
-    if arch == "gpt2" and "n_heads" in fields and "n_kv_heads" not in fields:
-        out["n_kv_heads"] = fields["n_heads"]
-    for key, value in fields.items():
-        if key == "nonlinearity":
-            ours, why = _nonlinearity(value, arch)
-            given = fields.get("mlp_activation")
-            if why is None and given is not None and given != ours:
-                why = (f"model.nonlinearity {value!r} gives model.mlp_activation {ours!r}, and "
-                       f"model.mlp_activation is {given!r}; give it once")  # fmt: skip
-            if why is not None:
-                return dict(fields), why
-            out["mlp_activation"] = ours
-        elif key in _BY_ARCH:
-            values, runs = _BY_ARCH[key]
-            mine, other = values[arch == "llama"], values[arch != "llama"]
-            if not _agrees(value, mine):
-                fix = f"give {_yaml(mine)}"
-                if _agrees(value, other):  # the other arch's: its presets run it
-                    fix = f"use a {'gpt2' if arch == 'llama' else 'llama'} preset for it"
-                return dict(fields), (
-                    f"model.{key} {_yaml(value)}: {runs}, and this {arch} model runs "
-                    f"{_yaml(mine)}; {fix}, or leave the key out"
-                )
-        else:
-            continue
-        del out[key]
-    return out, None
-
-
-def _yaml(value: Any) -> str:
+def yaml_text(value: Any) -> str:
     """A value as a params file gives it (`null`, `true`, `0.0`, 'learned', `.nan`, `-.inf`),
     bounded."""
     if isinstance(value, bool) or value is None:

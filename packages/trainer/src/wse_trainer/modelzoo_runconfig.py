@@ -17,6 +17,10 @@ work one way only.
   (no epochs here) are refused with their note in `modelzoo_keys.MODELZOO_NOTES`; a null
   (ModelZoo's default: unset) is dropped, as the key left out (hunt 78: refused as unknown).
 
+ModelZoo's mode `eval_all` (every checkpoint of model_dir evaluated, in step order, each a
+run of its own: `sideband_eval_all`) is no mode here: `eval_all_line` says so and how to
+evaluate each step (hunt 80: "did you mean 'eval'?"), asked by `config_check`.
+
 `runconfig_read(data)` is the runconfig mapping with `autoload_checkpoint` and the null epoch
 keys read, or the line why it cannot be; `autoload_problem(runconfig, steps)` the line for
 `false` where the model_dir's committed `steps` would be loaded. The reader
@@ -26,12 +30,13 @@ unknown key (`override_nulls`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from wse_core.errors import shown_value
 
-__all__ = ["READ_AS_RUNS", "autoload_problem", "runconfig_read"]
+__all__ = ["READ_AS_RUNS", "autoload_problem", "eval_all_line", "runconfig_read"]
 
 AUTOLOAD = "autoload_checkpoint"
 EPOCHS = ("num_epochs", "steps_per_epoch")  # null: unset, dropped; a value: refused
@@ -64,4 +69,16 @@ def autoload_problem(runconfig: Any, steps: list[int]) -> str | None:
         f"checkpoint step {max(steps)}, which a run here resumes (one run a folder: ModelZoo "
         "would start from scratch beside it); to start fresh give a new model_dir (-o), to "
         "resume leave the key out, or give --checkpoint-path for a chosen step"
+    )
+
+
+def eval_all_line(runconfig: Any) -> str:
+    """The line for ModelZoo's mode eval_all: mode eval here evaluates one checkpoint, recorded
+    at its step; each is one run of --checkpoint-path (module doc)."""
+    steps = os.path.join(runconfig.model_dir, "checkpoints", "<step>")
+    return (
+        "runconfig.mode eval_all (ModelZoo's: evaluate every checkpoint in model_dir) is not "
+        "a mode here: mode eval evaluates one checkpoint (--checkpoint-path, else model_dir's "
+        "newest) and records it at its step; to evaluate each, run --mode eval "
+        f"--checkpoint-path {steps} once per step, in step order"
     )

@@ -5,7 +5,8 @@ moments, weight decay: decoupled for adamw, an L2 term added to the gradient for
 and momentum, as torch's and ModelZoo's `Adam` and `SGD` apply `weight_decay`): MemoryX
 keeps one optax state of it per weight group (the embedding, each layer, the final norm), so
 applying it group by group as gradients arrive is the same arithmetic as applying it to the
-whole model. Global-norm clipping is the one non-local part: MemoryX applies
+whole model; clipping by value (`optimizer.max_gradient_value`, ModelZoo's) is per element
+too, and is its first step. Global-norm clipping is the one non-local part: MemoryX applies
 `optax.clip_by_global_norm` itself once every group's gradient has arrived (the norm is over
 all groups). `full_transform` is the equivalent whole-model transform (clipping chained in
 front), used by the plain `jax.grad` reference.
@@ -145,6 +146,24 @@ def base_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransf
 
 
 def _base_transform(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransformation:
+    tx = _optimizer(cfg, max_steps)
+    return tx if cfg.max_gradient_value is None else _clipped(tx, cfg.max_gradient_value)
+
+
+def _clipped(tx: optax.GradientTransformation, value: float) -> optax.GradientTransformation:
+    """`tx` applied to the gradient clipped element by element into [-value, value]
+    (`optax.clip`, torch's `clip_grad_value_` as ModelZoo's max_gradient_value applies it,
+    before the weight decay an L2 optimizer adds), with `tx`'s state: a per-element step, so
+    MemoryX applies it group by group as it does `tx`."""
+    clip = optax.clip(value)
+
+    def update(grads, state, params=None):
+        return tx.update(clip.update(grads, clip.init(grads))[0], state, params)
+
+    return optax.GradientTransformation(tx.init, update)
+
+
+def _optimizer(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransformation:
     lr = schedule(cfg, max_steps)
     kind = cfg.optimizer_type
     if kind == "adamw":  # optax.adamw's chain, its decay masked (`_masked_decay`)

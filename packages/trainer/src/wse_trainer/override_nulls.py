@@ -23,7 +23,8 @@ import typing
 
 from wse_core.errors import shown
 
-from wse_trainer import modelzoo_keys, modelzoo_runconfig
+from wse_trainer import modelzoo_keys, modelzoo_model, modelzoo_runconfig
+from wse_trainer.modelzoo_ignored import ignored
 
 __all__ = ["null_is_value", "null_meaning", "unknown_null"]
 
@@ -64,11 +65,11 @@ def unknown_null(cls: type | None, section: str, key: str, item: str) -> str | N
     cls, fields = _fields(cls)
     keys = ["preset"] if model else []
     keys += sorted(name for name in fields if name != "name")
-    if key in keys + modelzoo_keys.zoo_keys(section):  # ModelZoo's moved or read as ours
+    if key in keys + modelzoo_model.zoo_keys(section):  # ModelZoo's moved or read as ours
         return None
     if (section, key) in modelzoo_runconfig.READ_AS_RUNS:  # null: dropped, as true is
         return None
-    if (read := modelzoo_keys.ignored(section, key, None)) and read.why is None:
+    if (read := ignored(section, key, None)) and read.why is None:
         return None  # a key that changes nothing here (hunt 79): its null dropped
     return (
         f"unknown key {section}.{shown(key, quote=False)}"

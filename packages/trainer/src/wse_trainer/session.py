@@ -39,20 +39,22 @@ from wse_core.hw.spec import WaferSpec
 
 from wse_trainer.config import ConfigError, TrainConfig, number_text, unknown_model_key
 from wse_trainer.config_check import check_config
-from wse_trainer.modelzoo_keys import model_values
+from wse_trainer.modelzoo_model import model_values
 
 __all__ = ["model_config", "validate", "predict", "stream_rows", "Session", "check_inputs",
            "fitting_tokenizer", "evaluate"]  # fmt: skip
 
 
 def model_config(config: TrainConfig):
-    """The `wse_models.ModelConfig` of the `model` section (preset plus field overrides)."""
+    """The `wse_models.ModelConfig` of the `model` section (preset plus field overrides); a
+    model whose `arch` is not its preset's is named by its arch (hunt 80: a llama was called
+    "tiny-gpt2", the preset a ModelZoo file, which names none, is read over)."""
     import wse_models
 
     fields = dict(config.model)
     name = str(fields.pop("preset"))
-    fields, why = model_values(  # ModelZoo's keys read by the model's arch (hunt 76)
-        fields, lambda: fields.get("arch") or wse_models.preset_config(name).arch
+    fields, why = model_values(  # ModelZoo's keys read by the model (hunts 76, 80)
+        fields, lambda: wse_models.preset_config(name)
     )
     if why:
         raise ConfigError(why)
@@ -65,7 +67,10 @@ def model_config(config: TrainConfig):
         if number and isinstance(value, str) and number_text(value):  # hunt 56: as spec files
             raise ConfigError(quoted_number(f"model.{key}", key, value))
     try:
-        return wse_models.preset_config(name, **fields)
+        arch, named = fields.get("arch"), {}
+        if arch is not None and arch != wse_models.preset_config(name).arch:
+            named["name"] = f"{arch} (preset {name}'s other settings)"
+        return wse_models.preset_config(name, **fields, **named)
     except wse_models.ModelConfigError as e:
         names = {key: f"model.{key}" for key in fields}
         raise wse_models.ModelConfigError(wse_models.renamed_fields(str(e), names)) from None

@@ -1,0 +1,345 @@
+"""ModelZoo's model-section keys whose meaning here depends on the model, read once its arch and
+its preset are known (`session.model_config`; the file's reader says them beside its other
+lines, `config._model_keys`).
+
+- `nonlinearity` moves to our `mlp_activation` by the arch (gpt2: one activation; llama:
+  gated), and the settings the arch fixes (`_BY_ARCH`: positions, norms, biases, dropout, the
+  loss's weighting, the embeddings' scale) are dropped at the value the model runs, else refused
+  saying what runs (hunt 76: "did you mean 'tie_embeddings'?"). A key at the other arch's value
+  names `model.arch: <other>`, and two or more such keys are one line (hunt 80: a ModelZoo
+  Llama file, which names no preset, met six refusals "use a llama preset"; model.arch: llama,
+  which runs it, was named nowhere).
+- Grouped-query attention (hunt 80: refused with no hint): ModelZoo's `attention_module`
+  (`aiayn_attention`, its default: every head its own keys and values;
+  `multiquery_attention`: `extra_attention_params.num_kv_groups` key/value heads, 1 when not
+  given, as its `MultiQueryAttention.check_extra_params`) is our `n_kv_heads`, which must
+  divide the heads (ModelZoo asserts it). gpt2 has no grouped-query attention here (HF's
+  GPT2Config neither).
+- `rotary_dim`: rotary embeddings here turn each head's whole dimension; ModelZoo's default
+  and its Llama files' value (hidden_size / num_heads) is read, a partial rotation refused.
+- The initial weights (`modelzoo_init.INIT_KEYS`): at ModelZoo's default scale, or the draw
+  that runs here, read with a note; another refused (`modelzoo_init`).
+- `precision_opt_level` (ModelZoo 1.x's model key, its runconfig's since) is read as
+  runconfig's (`modelzoo_ignored.ignored`).
+- A model given its heads alone takes as many key/value heads where its preset's count means
+  nothing: gpt2 (no grouped-query attention: ModelZoo's GPT-2 and HF's GPT2Config give its
+  heads alone), and a model whose arch is not its preset's (ModelZoo's default attention;
+  hunt 80: a Llama file over tiny-gpt2 would take tiny-gpt2's 4 key/value heads).
+
+`base_of()` gives the model's preset (a `wse_models.ModelConfig`), asked only where a key needs
+it: its arch, heads, layers and sizes where the section does not give them. `zoo_keys(section)`
+lists ModelZoo's keys a section reads as ours. Imports only `modelzoo_keys`,
+`modelzoo_ignored` and `modelzoo_init` of wse_trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from wse_core.errors import shown_value
+
+from wse_trainer.modelzoo_ignored import ignored
+from wse_trainer.modelzoo_init import INIT_KEYS, initial_problem
+from wse_trainer.modelzoo_keys import MODELZOO_KEYS, yaml_text
+
+__all__ = ["MODEL_VALUES", "NONLINEARITIES", "ModelRead", "model_values",
+           "read_model", "zoo_keys"]  # fmt: skip
+
+# ModelZoo's `nonlinearity` (its `layers/activations.py` names, read in any case, as its
+# `get_activation`) -> (our mlp_activation, gated). The gating is the arch's here: gpt2
+# applies one activation to the up projection, llama gates (act(gate) * up). ModelZoo's
+# "gelu" and "geglu" are torch's erf GELU; ours is the tanh form (HF's gelu_new), at most
+# 4.7e-4 from it (at x = 2.70)
+NONLINEARITIES = {"gelu": ("gelu", False), "gelu_new": ("gelu", False),
+                  "gelu_fast": ("gelu", False), "relu": ("relu", False),
+                  "squared_relu": ("relu2", False), "silu": ("silu", False),
+                  "swish": ("silu", False), "swiglu": ("silu", True), "reglu": ("relu", True),
+                  "geglu": ("gelu", True)}  # fmt: skip
+_DROPOUT = ("dropout_rate", "embedding_dropout_rate", "attention_dropout_rate")
+# ModelZoo's model keys whose value the arch fixes here: (gpt2's, llama's), and what runs;
+# a key at the model's own value is dropped, at another refused with that line
+_BY_ARCH = {
+    "position_embedding_type": (("learned", "rotary"), "positions are the arch's here"),
+    "norm_type": (("layernorm", "rmsnorm"), "the norm is the arch's here"),
+    **{k: ((True, False), "biases are the arch's here")
+       for k in ("use_projection_bias_in_attention", "use_ffn_bias_in_attention",
+                 "use_ffn_bias")},
+    "use_bias_in_output": ((False, False), "the output layer has no bias here"),
+    "attention_type": (("scaled_dot_product",) * 2, "attention is scaled dot product here"),
+    "loss_scaling": (("num_tokens",) * 2, "the loss is the mean over the batch's tokens here"),
+    "loss_weight": ((1.0, 1.0), "the loss is not weighted here"),
+    **{k: ((0.0, 0.0), "there is no dropout here") for k in _DROPOUT},
+    # hunt 80: "did you mean 'tie_embeddings'?" (ModelZoo's defaults: true, 1.0)
+    "use_position_embedding": (
+        (True, True), "every model here has positions (gpt2 learned, llama rotary)"
+    ),
+    "embeddings_scale": ((1.0, 1.0), "the embeddings are not scaled here"),
+}  # fmt: skip
+_ATTENTION = ("attention_module", "extra_attention_params")
+MODEL_VALUES = frozenset(
+    {"nonlinearity", *_BY_ARCH, *_ATTENTION, "rotary_dim", *INIT_KEYS, "precision_opt_level"}
+)
+_MODULES = {
+    "aiayn_attention": "every head its own keys and values",
+    "multiquery_attention": "extra_attention_params.num_kv_groups key/value heads",
+}
+# A divisor named in a refusal is searched below this many heads only (a bounded loop)
+_DIVISOR_SEARCH = 1 << 16
+
+
+class ModelRead(NamedTuple):
+    """The model section read: `fields` in our keys (ModelZoo's `MODEL_VALUES` dropped, their
+    values moved), the `lines` why it cannot run (in the section's order), and the keys read
+    with a note, by their `modelzoo_ignored.IGNORED_NOTES` key."""
+
+    fields: dict[str, Any]
+    lines: list[str]
+    notes: dict[str, list[str]]
+
+
+def zoo_keys(section: str) -> list[str]:
+    """ModelZoo's keys of `section` read as ours (moved, or `MODEL_VALUES`)."""
+    moved_keys = [k for s, k in MODELZOO_KEYS if s == section]
+    return moved_keys + (sorted(MODEL_VALUES) if section == "model" else [])
+
+
+def _agrees(value: Any, ours: Any) -> bool:
+    """Whether a ModelZoo value is ours: text in any case, numbers by value, bools as bools."""
+    if isinstance(ours, str):
+        return isinstance(value, str) and value.casefold() == ours
+    if isinstance(ours, bool) or isinstance(value, bool):
+        return value is ours
+    return isinstance(value, int | float) and value == ours
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 1
+
+
+def _fix(other: str) -> str:
+    return f"give model.arch: {other} (or a {other} preset)"
+
+
+def _nonlinearity(value: Any, arch: str) -> tuple[str | None, str | None, str | None]:
+    """(our mlp_activation, None, None) for ModelZoo's nonlinearity on `arch`, or (None, why,
+    the key and value where they are the other arch's)."""
+    gated = arch == "llama"
+    names = [k for k, (_, g) in NONLINEARITIES.items() if g == gated]
+    use = f"use one of {', '.join(names)} (this model is {arch})"
+    if not isinstance(value, str) or value.casefold() not in NONLINEARITIES:
+        why = f"model.nonlinearity {shown_value(value)} has no equivalent here; {use}"
+        return None, why, None
+    ours, its_gated = NONLINEARITIES[value.casefold()]
+    if its_gated != gated:
+        kind = "a gated MLP (act(gate) * up)" if its_gated else "an MLP of one activation"
+        other = "llama" if its_gated else "gpt2"
+        return (
+            None,
+            (
+                f"model.nonlinearity {value!r} is {kind}, the {other} arch's here; {use}, or "
+                f"{_fix(other)}"
+            ),
+            f"model.nonlinearity {value!r}",
+        )
+    return ours, None, None
+
+
+def _by_arch(key: str, value: Any, arch: str) -> tuple[str | None, str | None]:
+    """(None, None) for a `_BY_ARCH` key at the value `arch` runs, else (why, the key and
+    value where they are the other arch's)."""
+    values, runs = _BY_ARCH[key]
+    mine, theirs = values[arch == "llama"], values[arch != "llama"]
+    if _agrees(value, mine):
+        return None, None
+    other = _agrees(value, theirs)
+    fix = f"{_fix('gpt2' if arch == 'llama' else 'llama')} to run it" if other else (
+        f"give {yaml_text(mine)}")  # fmt: skip
+    return (
+        f"model.{key} {yaml_text(value)}: {runs}, and this {arch} model runs "
+        f"{yaml_text(mine)}; {fix}, or leave the key out"
+    ), f"model.{key} {yaml_text(value)}" if other else None
+
+
+def _setting(fields: Mapping[str, Any], base: Any, key: str) -> Any:
+    return fields[key] if key in fields else getattr(base, key, None)
+
+
+def _divisor_below(n: int, k: int) -> int:
+    """The largest divisor of `n` at most `k` (1 past `_DIVISOR_SEARCH`)."""
+    if n > _DIVISOR_SEARCH:
+        return 1
+    return next(d for d in range(min(k, n), 0, -1) if n % d == 0)
+
+
+def _kv_heads(fields: Mapping[str, Any], heads: Any) -> tuple[Any, str | None]:
+    """(the key/value heads ModelZoo's attention keys give, None), or (None, why): module
+    docstring; `heads`: the model's query heads."""
+    module, extra = fields.get("attention_module"), fields.get("extra_attention_params")
+    name = module.casefold() if isinstance(module, str) else module
+    if module is not None and name not in _MODULES:
+        kinds = "; ".join(f"{k} ({v})" for k, v in _MODULES.items())
+        return (
+            None,
+            f"model.attention_module {shown_value(module)} has no equivalent here; give {kinds}",
+        )
+    if extra is not None and not isinstance(extra, Mapping):
+        return None, (
+            "model.extra_attention_params must be a mapping (num_kv_groups: the key/value "
+            f"heads of multiquery_attention), got {shown_value(extra)}"
+        )
+    extra = dict(extra or {})
+    if unknown := sorted(str(k) for k in extra if k != "num_kv_groups"):
+        return None, (
+            f"model.extra_attention_params.{unknown[0]} has no equivalent here; it takes "
+            "num_kv_groups (the key/value heads of multiquery_attention) only"
+        )
+    groups = extra.get("num_kv_groups", 1)
+    if name in (None, "aiayn_attention"):
+        if not extra:
+            return heads, None
+        which = "aiayn_attention, its default," if module is None else "aiayn_attention"
+        return None, (
+            "model.extra_attention_params is read by attention_module multiquery_attention "
+            f"only (ModelZoo's {which} takes none); give model.attention_module: "
+            f"multiquery_attention for num_kv_groups {shown_value(groups)} key/value heads, or "
+            "leave extra_attention_params out"
+        )
+    if not _count(groups):
+        return None, (
+            "model.extra_attention_params.num_kv_groups must be a count >= 1 (key/value "
+            f"heads), got {shown_value(groups)}"
+        )
+    if _count(heads) and heads % groups:
+        return None, (
+            f"model.extra_attention_params.num_kv_groups {groups} does not divide the model's "
+            f"{heads} attention heads (each key/value head serves an equal group of query "
+            f"heads, as ModelZoo's MultiQueryAttention asserts); give a divisor of {heads}, "
+            f"e.g. {_divisor_below(heads, groups)}"
+        )
+    return groups, None
+
+
+def _attention(
+    fields: Mapping[str, Any], base: Any, arch: str, out: dict[str, Any]
+) -> tuple[str | None, str | None]:
+    """Set `out`'s n_kv_heads from ModelZoo's attention keys: (None, None), or (why, what is
+    the other arch's: grouped-query attention on a gpt2)."""
+    heads = _setting(fields, base, "n_heads")
+    kv, why = _kv_heads(fields, heads)
+    if why:
+        return why, None
+    if arch == "gpt2" and kv != heads:
+        return (
+            f"model.attention_module multiquery_attention with {kv} key/value head(s) for "
+            f"{heads} heads is grouped-query attention, the llama arch's here: this gpt2 "
+            f"model gives every head its own (as HF's GPT-2); {_fix('llama')} to run it, or "
+            f"give num_kv_groups {heads}"
+        ), f"model.attention_module multiquery_attention ({kv} key/value heads of {heads})"
+    given = fields.get("n_kv_heads")
+    if given is not None and given != kv:
+        return (
+            f"model.attention_module and extra_attention_params give model.n_kv_heads {kv}, "
+            f"and model.n_kv_heads is {shown_value(given)}; give it once"
+        ), None
+    out["n_kv_heads"] = kv
+    return None, None
+
+
+def _rotary(fields: Mapping[str, Any], base: Any, arch: str) -> tuple[str | None, str | None]:
+    """rotary_dim: (None, None) where it turns each head's whole dimension, else the line
+    (and the key and value on a gpt2, whose positions are learned)."""
+    value = fields["rotary_dim"]
+    if arch != "llama":
+        return (
+            f"model.rotary_dim {shown_value(value)}: rotary positions are the llama arch's "
+            f"here, and this {arch} model's are learned; {_fix('llama')} to run it, or leave "
+            "the key out"
+        ), f"model.rotary_dim {shown_value(value)}"
+    d, heads = _setting(fields, base, "d_model"), _setting(fields, base, "n_heads")
+    hd = _setting(fields, base, "head_dim")
+    if hd is None and _count(d) and _count(heads):
+        hd = d // heads
+    if not _count(hd) or (type(value) is int and value == hd):
+        return None, None  # a head_dim that cannot be is the model's refusal
+    return (
+        f"model.rotary_dim {shown_value(value)}: rotary position embeddings here turn each "
+        f"head's whole {hd} dims (ModelZoo's default, hidden_size / num_heads); a partial "
+        f"rotation does not run here: give {hd}, or leave the key out"
+    ), None
+
+
+def read_model(fields: Mapping[str, Any], base_of: Callable[[], Any]) -> ModelRead:
+    """The model section's `fields` read for a model whose preset `base_of()` gives, asked
+    only where it matters (module docstring)."""
+    heads_alone = "n_heads" in fields and "n_kv_heads" not in fields
+    if not (MODEL_VALUES & fields.keys() or heads_alone):
+        return ModelRead(dict(fields), [], {})
+    base = base_of()
+    arch = str(fields.get("arch") or base.arch)
+    out, lines, notes = dict(fields), [], {}  # lines: (line, the other arch's key and value)
+    if heads_alone and (arch == "gpt2" or arch != base.arch):
+        out["n_kv_heads"] = fields["n_heads"]
+    said_attention = False
+    for key, value in fields.items():
+        why, other = None, None
+        if key == "nonlinearity":
+            ours, why, other = _nonlinearity(value, arch)
+            given = fields.get("mlp_activation")
+            if why is None and given is not None and given != ours:
+                why = (f"model.nonlinearity {value!r} gives model.mlp_activation {ours!r}, and "
+                       f"model.mlp_activation is {given!r}; give it once")  # fmt: skip
+            out["mlp_activation"] = ours
+        elif key in _BY_ARCH:
+            why, other = _by_arch(key, value, arch)
+        elif key in _ATTENTION and not said_attention:
+            said_attention = True
+            why, other = _attention(fields, base, arch, out)
+        elif key == "rotary_dim":
+            why, other = _rotary(fields, base, arch)
+        elif key in INIT_KEYS:
+            layers = _setting(fields, base, "n_layers")
+            if not (why := initial_problem(fields, layers, key)):
+                notes.setdefault("init", []).append(f"model.{key}")
+        elif key == "precision_opt_level" and (read := ignored("model", key, value)):
+            if not (why := read.why):
+                notes.setdefault(str(read.note), []).append(f"model.{key}")
+        elif key not in MODEL_VALUES:
+            continue
+        out.pop(key, None)
+        if why:
+            lines.append((why, other))
+    return ModelRead(out, _merged(lines, fields, base, arch), notes)
+
+
+def _merged(
+    lines: list[tuple[str, str | None]], fields: Mapping[str, Any], base: Any, arch: str
+) -> list[str]:
+    """`lines` with two or more of the other arch's said in one, at the first's place."""
+    theirs = [item for _, item in lines if item]
+    if len(theirs) < 2:
+        return [line for line, _ in lines]
+    other = "gpt2" if arch == "llama" else "llama"
+    named = ", ".join(theirs)
+    whence = "" if "arch" in fields else f" (preset {base.name}'s arch)"
+    one = (
+        f"{named} are the {other} arch's here, and this model is {arch}{whence}; "
+        f"{_fix(other)} to run them, or leave them out"
+    )
+    out, said = [], False
+    for line, item in lines:
+        if not item:
+            out.append(line)
+        elif not said:
+            out.append(one)
+            said = True
+    return out
+
+
+def model_values(
+    fields: Mapping[str, Any], base_of: Callable[[], Any]
+) -> tuple[dict[str, Any], str | None]:
+    """(the model section's `fields` in our keys, None), or (`fields`, the first line why
+    not): `read_model`'s."""
+    read = read_model(fields, base_of)
+    return (read.fields, None) if not read.lines else (dict(fields), read.lines[0])
