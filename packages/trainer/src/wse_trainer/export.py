@@ -45,14 +45,13 @@ def refresh(step: int) -> str:
 def export_hf(s: Any, step: int) -> Path:
     """`<model_dir>/hf/` of the session `s` (a `wse_trainer.session.Session`) at global
     `step`, replaced whole (module doc); ExportError when the disk refuses it."""
-    import jax
     from wse_core.host.atomic import atomic_folder
     from wse_core.host.memory import format_bytes
 
     from wse_trainer.save_faults import free_bytes, os_error
 
     out = s.dir / "hf"
-    needed = sum(int(x.nbytes) for x in jax.tree.leaves(s.trainer.memx.params_tree()))
+    needed = s.trainer.memx.master_bytes  # the fp32 masters: what the export writes
 
     def fault(why: str) -> ExportError:
         return ExportError(

@@ -320,11 +320,18 @@ class MemoryX:
         return norm
 
     def params_tree(self) -> dict[str, Any]:
-        """The functional params pytree (stacked layers), fp32."""
-        return join_groups(self.params, self.n_layers)
+        """The functional params pytree (stacked layers), fp32: a copy of the masters, which
+        outlives the steps after it (hunt 80: the embedding and final norm were the live
+        masters, which the next step's update donates: "Buffer has been deleted or donated"
+        on a tree taken before it)."""
+        tree = join_groups(self.params, self.n_layers)  # the layers stacked: new arrays
+        own = lambda group: jax.tree.map(functools.partial(jnp.array, copy=True), group)  # noqa: E731
+        return {**tree, "embed": own(tree["embed"]), "final": own(tree["final"])}
 
     def state_tree(self) -> dict[str, Any]:
-        """Everything to checkpoint: master weights and optimizer state by group."""
+        """Everything to checkpoint: master weights and optimizer state by group, the live
+        arrays (no copy: a checkpoint's save reads them before the next step), which the
+        next step's update donates; copy a leaf to keep it past that step."""
         return {"params": self.params, "opt_state": self.opt_state}
 
     def load_state_tree(self, tree: Mapping[str, Any]) -> None:
