@@ -90,13 +90,15 @@ def test_a_resume_then_a_rewind_each_hide_the_steps_metrics_jsonl_dropped(tmp_pa
     assert [v for _, v in _shown(tmp_path / "train")][-1] == pytest.approx(3 + 12 / 7)
 
 
-def test_an_eval_run_adds_its_record_and_hides_nothing(tmp_path):
-    _train(MetricsLog(tmp_path), range(1, 5), 1.0, evals=(4,))
+def test_an_eval_run_replaces_the_record_of_its_step_and_hides_nothing(tmp_path):
+    _train(MetricsLog(tmp_path), range(1, 5), 1.0, evals=(2, 4))
     log = MetricsLog(tmp_path, resume_step=None)  # mode eval
-    log.record(4, "eval", {"loss": 9.0})
+    log.record(4, "eval", {"loss": 9.0})  # hunt 80: a second record of step 4 was added
+    log.record(5, "eval", {"loss": 7.0})  # a step with no eval on record: added
     log.close()
-    both = [(4, float(np.float32(1 + 4 / 3))), (4, 9.0)]  # TensorBoard's scalars: float32
-    assert _shown(tmp_path / "eval") == _jsonl(tmp_path, "eval") == both
+    kept = [(2, float(np.float32(1 + 2 / 3))), (4, 9.0), (5, 7.0)]  # TensorBoard: float32
+    assert _shown(tmp_path / "eval") == _jsonl(tmp_path, "eval") == kept
+    assert [s for s, _ in _shown(tmp_path / "train")] == [1, 2, 3, 4]  # train's: untouched
 
 
 _KILLED = """import sys, time

@@ -30,6 +30,7 @@ from wse_models import checkpoint as hf_files
 from wse_trainer import export
 from wse_trainer import run as run_module
 from wse_trainer.checkpoints import Checkpointer
+from wse_trainer.config_check import config_notes
 from wse_trainer.export import ExportError, export_lag, exported_step
 from wse_trainer.testing import run_on_preset as run
 from wse_trainer.testing import tiny_config
@@ -178,7 +179,8 @@ def test_a_resume_past_max_steps_says_nothing_is_trained(trained, tmp_path):
     assert result.global_step == 4 and result.losses == {}
     notes = [x for x in lines if x.startswith("note:")]
     assert notes == [
+        *config_notes(config),  # the run says the config's notes (hunt 80): the warm-up's
         "note: checkpoint step 4 is past runconfig.max_steps=2: nothing to train (raise "
-        "runconfig.max_steps to train on); exporting step 4"
+        "runconfig.max_steps to train on); exporting step 4",
     ]
     assert _steps(model_dir) == [2, 4]

@@ -20,17 +20,14 @@
   token attends only within its own document and no padding is needed.
 - `pad_documents(token_lists, seq_len, pad_id)`: the padded alternative (one document per
   row, longer ones cut into rows) with its mask of real tokens: what packing saves.
-- `BatchIterator` yields `(batch, seq_len + 1)` int32 batches in a seeded order (a fresh
-  permutation per epoch); its whole state is `{"seed", "epoch", "index"}`, so a run restored
-  from a checkpoint continues with exactly the batches it would have seen.
+- `BatchIterator` (`wse_trainer.batches`, re-exported): the seeded, checkpointable batches.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,6 +35,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from wse_trainer import hf_data
+from wse_trainer.batches import BatchIterator
 from wse_trainer.config import ConfigError, InputConfig
 from wse_trainer.data_files import check_data_dir, data_files, unreadable_parquet
 from wse_trainer.json_data import PAST, json_records, past_budget, record_text
@@ -325,52 +323,6 @@ def pad_documents(
             rows.append(row)
             real.append(np.arange(seq_len + 1) < len(piece))
     return np.stack(rows), np.stack(real)
-
-
-@dataclasses.dataclass
-class BatchIterator:
-    """Seeded batches of packed rows; `state()` / `restore()` make it checkpointable."""
-
-    rows: np.ndarray  # (n, seq_len + 1) int32
-    batch_size: int
-    seed: int
-    epoch: int = 0
-    index: int = 0  # batches already taken in this epoch
-
-    def __post_init__(self) -> None:
-        if len(self.rows) < self.batch_size:
-            raise ConfigError(
-                f"the split has {len(self.rows)} sequences, fewer than batch_size="
-                f"{self.batch_size}; lower batch_size or max_sequence_length, or add data"
-            )
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return len(self.rows) // self.batch_size
-
-    def _order(self) -> np.ndarray:
-        return np.random.default_rng([self.seed, self.epoch]).permutation(len(self.rows))
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        return self
-
-    def __next__(self) -> np.ndarray:
-        if self.index >= self.batches_per_epoch:
-            self.epoch, self.index = self.epoch + 1, 0
-        take = self._order()[self.index * self.batch_size : (self.index + 1) * self.batch_size]
-        self.index += 1
-        return self.rows[take]
-
-    def state(self) -> dict[str, int]:
-        return {"seed": self.seed, "epoch": self.epoch, "index": self.index}
-
-    def restore(self, state: dict[str, int]) -> None:
-        if int(state["seed"]) != self.seed:
-            raise ConfigError(
-                f"checkpoint data seed {state['seed']} differs from the "
-                f"configured shuffle_seed {self.seed}"
-            )
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
 
 
 def read_tokenizer(path: Path) -> Any:

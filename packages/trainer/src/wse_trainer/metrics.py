@@ -15,7 +15,8 @@
   bytes of an event file that hold no whole record are skipped, each said on stderr (hunt 78:
   one damaged record cut every record after it, silently). `MetricsLog.recorded` is a step's
   record on file when the log opened: a rerun that trains nothing evaluates no step twice, and
-  one that evaluates it again (other eval settings) replaces its record (review 78).
+  one that evaluates it again (other eval settings; `--mode eval`, hunt 80) replaces its
+  record (review 78).
 - `<model_dir>/run.log`: every log line, appended.
 - A record is written whole (`interrupt.held`: a signal inside it is raised at its end), and
   `close` waits for TensorBoard's writer at most `CLOSE_BOUND_S` (hunt 75: tensorboardX's
@@ -158,9 +159,12 @@ def train_line(
     )
 
 
-def eval_line(step: int, loss: float) -> str:
+def eval_line(step: int, loss: float, accuracy: float | None = None) -> str:
+    """ModelZoo's eval line: the loss, its perplexity and (None: not on record, an eval
+    recorded before hunt 80) the next-token accuracy."""
     ppl = math.exp(min(loss, 700.0))
-    return f"| Eval Device=CSX, GlobalStep={step}, Loss={loss:.5f}, Perplexity={ppl:.3f}"
+    said = "" if accuracy is None else f", Accuracy={accuracy:.5f}"
+    return f"| Eval Device=CSX, GlobalStep={step}, Loss={loss:.5f}, Perplexity={ppl:.3f}{said}"
 
 
 def read_metrics(model_dir: str | Path) -> list[dict[str, Any]]:
@@ -285,12 +289,13 @@ class MetricsLog:
         return self._writers[mode]
 
     def record(self, step: int, mode: str, values: dict[str, float]) -> None:
-        """One step's scalars: to metrics.jsonl and TensorBoard. A resume's record of a step
-        and mode on file when the log opened (a rerun's eval of its start step) replaces
-        it in both, never a second record of it (review 78)."""
+        """One step's scalars: to metrics.jsonl and TensorBoard. A record of a step and mode
+        on file when the log opened (a rerun's eval of its start step; `--mode eval` of a
+        step evaluated before, hunt 80) replaces it in both, never a second record of it
+        (review 78)."""
         self.check()
         with interrupt.held():
-            if self._purge_step is not None and self._kept.pop((step, mode), None) is not None:
+            if self._kept.pop((step, mode), None) is not None:
                 self._drop(step, mode)
             self._jsonl.write(json.dumps({"step": step, "mode": mode, **values}) + "\n")
             self._jsonl.flush()

@@ -19,11 +19,15 @@ biases too). The rule reads a leaf's path, so it holds for any tree MemoryX upda
 (`{"attn_norm": {"scale"}, "attn": {"wq", "bq"}, ...}`), the whole stacked model, a test's.
 
 `step_rate(cfg, max_steps)(step)` is the learning rate optax applies at 1-based `step` (its
-count is the updates before it), which metrics.jsonl records as `lr`.
+count is the updates before it), which metrics.jsonl records as `lr`. A resumed run keeps
+its checkpoint's decay where max_steps would stretch it (`kept_decay`, said by `kept_note`);
+a run started from another's checkpoint runs its own schedule, said where a step's rate
+changes (`started_rate_note`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
@@ -31,13 +35,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from wse_trainer.config import ConfigError, OptimizerConfig
 from wse_trainer.memoryx import elementwise
 
 __all__ = ["schedule", "step_rate", "base_transform", "full_transform", "kept_decay",
-           "decays"]  # fmt: skip
+           "kept_note", "started_rate_note", "SCHEDULE_KEYS", "decays"]  # fmt: skip
 
 
 def schedule(cfg: OptimizerConfig, max_steps: int) -> optax.Schedule:
@@ -136,6 +141,99 @@ def kept_decay(
         f"would change the learning rate of the steps to come; leave it out or give "
         f"optimizer.decay_steps={was} (the run keeps its decay), or give a new model_dir (-o)"
     )
+
+
+def kept_note(cfg: OptimizerConfig, max_steps: int, step: Any, started: bool) -> str:
+    """The line of a run that keeps the decay `cfg.decay_steps` its checkpoint `step` (a
+    step folder, a `Path` named by its step) was trained on (`kept_decay`); `started`: a
+    new run from it (`--checkpoint-path`), which may give another decay. Steps to come past
+    the decay train at optimizer.min_learning_rate, said with how to decay longer (hunt 80:
+    steps 6-7 of a run extended to 7 trained at lr 0, the note silent about it)."""
+    decay = cfg.decay_steps
+    said = (
+        f"note: the run keeps the {cfg.lr_schedule} decay over {decay} steps "
+        f"{'its checkpoint' if started else 'it'} was trained on (optimizer.decay_steps="
+        f"{decay}); runconfig.max_steps={max_steps} only says where it stops"
+    )
+    first = max(decay or max_steps, int(step.name)) + 1  # the first step to come past it
+    if first > max_steps:
+        more = f"; give optimizer.decay_steps={max_steps} to decay over this run's steps"
+        return said + (more if started else "")
+    steps = f"step {first}" if max_steps == first else f"steps {first}-{max_steps}"
+    floor = cfg.min_learning_rate
+    rate = f"optimizer.min_learning_rate={floor}" + ("" if floor else " (lr 0: no update)")
+    how = (
+        f"give optimizer.decay_steps={max_steps}"
+        if started
+        else f"start a new model_dir (-o) from --checkpoint-path {step} with "
+        f"optimizer.decay_steps={max_steps}"
+    )
+    return f"{said}; {steps} train at {rate}; for a decay over {max_steps} steps {how}"
+
+
+# The settings that give a step its learning rate besides the decay's length (`schedule`)
+SCHEDULE_KEYS = ("lr_schedule", "learning_rate", "warmup_steps", "min_learning_rate")
+# Two schedules' rates of a step are one where they agree to float32's round-off of the
+# schedule's arithmetic (a few ulp, 2**-23 = 1.2e-7 each): a changed setting moves them more
+RATE_RTOL = 1e-6
+
+
+def started_rate_note(
+    cfg: OptimizerConfig, max_steps: int, step: int, saved: dict[str, Any] | None, where: str
+) -> str | None:
+    """The line of a run started at `step` from a checkpoint (`--checkpoint-path`; `where`
+    names it, `saved` the config it was trained with) one of whose steps to come takes
+    another learning rate under this run's schedule than under the checkpoint's, or None.
+    The optimizer state (its step count) is restored and the schedule is this config's, as
+    ModelZoo's; the line names the first such step with both rates (hunt 80: step 4 trained
+    at 0.002325, not 0.0026046, unsaid)."""
+    theirs = _saved_schedule(saved)
+    if theirs is None or max_steps <= step:
+        return None
+    old_cfg, old_max = theirs
+    counts = jnp.arange(step, max_steps, dtype=jnp.int32)  # optax's counts of steps to come
+    try:
+        olds = np.asarray(jax.jit(schedule(old_cfg, old_max))(counts))
+    except (TypeError, ValueError):  # a meta's settings no schedule takes: nothing to compare
+        return None
+    news = np.asarray(jax.jit(schedule(cfg, max_steps))(counts))
+    moved = np.flatnonzero(~np.isclose(olds, news, rtol=RATE_RTOL, atol=0.0))
+    if not moved.size:
+        return None
+    first = step + 1 + int(moved[0])  # the first step whose rate changes
+    was, now = step_rate(old_cfg, old_max)(first), step_rate(cfg, max_steps)(first)
+    their_len, our_len = old_cfg.decay_steps or old_max, cfg.decay_steps or max_steps
+    changed = [f"{k} {getattr(old_cfg, k)} there, {getattr(cfg, k)} here"
+               for k in SCHEDULE_KEYS if getattr(old_cfg, k) != getattr(cfg, k)]  # fmt: skip
+    keep = ""
+    if their_len != our_len:
+        changed.append(f"a decay over {their_len} steps there, {our_len} here")
+        keep = f"; give optimizer.decay_steps={their_len} to keep its decay"
+    return (
+        f"note: {where} was trained on another learning-rate schedule ({'; '.join(changed)}): "
+        f"step {first} trains at lr {now:.5g}, not {was:.5g}; the checkpoint's optimizer "
+        f"state (its step count) is restored, the schedule is this run's{keep}"
+    )
+
+
+def _saved_schedule(saved: dict[str, Any] | None) -> tuple[OptimizerConfig, int] | None:
+    """(the optimizer settings, runconfig.max_steps) of a checkpoint's saved config, or None
+    where it holds none that reads."""
+    opt, run = (
+        saved.get(k) if isinstance(saved, dict) else None for k in ("optimizer", "runconfig")
+    )
+    if not (isinstance(opt, dict) and isinstance(run, dict)):
+        return None
+    max_steps = run.get("max_steps")
+    names = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    try:
+        cfg = OptimizerConfig(**{k: v for k, v in opt.items() if k in names})
+        hash(cfg)  # `step_rate` caches by it
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+        return None
+    return cfg, max_steps
 
 
 @functools.lru_cache(maxsize=16)

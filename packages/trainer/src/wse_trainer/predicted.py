@@ -8,7 +8,7 @@ trains, the eval pass's (`eval_line`: `predict_eval`, `wse_systems.training.forw
 evaluates, else one line saying that nothing it runs is predicted. `wse train
 --validate-only` prints the same eval line (hunt 71: it printed a training step for an eval
 run and no eval pass for train_and_eval), at `eval_steps` batches: the split's own count is
-known once it is tokenized, and a run evaluating fewer says so (`run._eval_note`). Every line
+known once it is tokenized, and a run evaluating fewer says so (`evaluation.eval_note`). Every line
 that prints a predicted figure ends with `prediction_basis(report)`: the calibration in force
 and the constants that move it (`wse_core.cost.listing`), the same text `--validate-only`
 prints (hunt 70: the run's line listed neither); a step's line names before it what the

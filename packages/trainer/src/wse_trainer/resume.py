@@ -70,7 +70,8 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
             f"{'evaluating' if reads else 'resuming from'} {resume}"
         )
     if got is not None:
-        _restore(s, got, folder / str(start))
+        moved = _restore(s, got, folder / str(start))  # other rows than it indexed: said
+        notes += [moved] if moved and not reads else []  # an eval takes no batch of them
     elif reads:  # as ModelZoo says it (hunt 62: an eval of random weights ran without a word)
         notes.append("No checkpoint was provided. Using randomly initialized model parameters.")
     # steps after the start, and the start step itself when it came from another run's folder
@@ -108,10 +109,11 @@ def _read_start(s: Session, own: Path, steps: list[int]) -> tuple[int, Any, list
     return start, got, bad, folder
 
 
-def _restore(s: Session, got: Any, step: Path) -> None:
+def _restore(s: Session, got: Any, step: Path) -> str | None:
     """Load a verified checkpoint (`checkpoints.StepRead`) of folder `step`: weights,
     optimizer state, RNG and data position; one of another tokenizer or model is a
-    ConfigError."""
+    ConfigError. Returns the note of a position restored over other rows than it indexed
+    (`BatchIterator.restore`), or None."""
     import json
 
     import jax
@@ -128,7 +130,7 @@ def _restore(s: Session, got: Any, step: Path) -> None:
         )
     s.trainer.memx.load_state_tree(got.state["memx"])
     s.key = jax.random.wrap_key_data(got.state["rng"])
-    s.iterator.restore(got.meta["data"])
+    return s.iterator.restore(got.meta["data"])
 
 
 def nothing_to_train(step: int, max_steps: int) -> str:

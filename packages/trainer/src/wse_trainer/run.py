@@ -18,20 +18,26 @@ returns a `RunResult`:
    segment ids and positions (`data.segments`); each step's record (metrics.jsonl and
    TensorBoard's train/) holds its `lr` (the rate optax applied, `optimizer.step_rate`),
    `samples_per_s` and a ReLU-like model's MLP zero fraction per layer (and `_mean`);
-5. checkpoints every `checkpoint_steps` and at the end; eval loss and perplexity, each
-   evaluation (every `eval_frequency` steps and at the end) in metrics.jsonl and eval/, over
+5. checkpoints every `checkpoint_steps` and at the end; eval loss, perplexity and next-token
+   accuracy (ModelZoo's `eval/accuracy`; `wse_trainer.evaluation`), each evaluation (every
+   `eval_frequency` steps and at the end) in metrics.jsonl and eval/, over
    `eval_input.eval_steps` batches or, left out, the whole eval split (a line says which);
    an eval with no checkpoint to read evaluates the initial weights and says so; a rerun
    that trains nothing and finds its step's eval in metrics.jsonl, run with the eval settings
-   saved, says so, evaluating none (other settings: it evaluates, replacing that record);
+   saved, says so, evaluating none (other settings: it evaluates, replacing that record; a
+   `mode: eval` of a step on record replaces it too, hunt 80);
 6. `<model_dir>/hf/` (`wse_trainer.export`: HF format, the tokenizer, EOS named, the step it
    holds; replaced whole, a full disk is one line) and samples from the trained model. A
    resume whose `max_steps` is at or below the checkpoint's step trains nothing and says so
    (as TF's Estimator, "Skipping training since max_steps has already saved"); it exports
    that step, which is how a stopped run's newest checkpoint is exported.
 
-Steps 1-3 and eval are `wse_trainer.session`'s (`Session`, `evaluate`) and
-`wse_trainer.resume`'s (`open_checkpoints`). `model_config(config)` and `validate(config,
+The run's notes (the config's, `config_check.config_notes`, then the session's and the
+checkpoints': a kept decay, another corpus, steps moved aside) open its log, and are
+`RunResult.notes` for a Python caller (hunt 80: the config's were the CLI's alone).
+
+Steps 1-3 are `wse_trainer.session`'s (`Session`) and `wse_trainer.resume`'s
+(`open_checkpoints`), eval `wse_trainer.evaluation`'s. `model_config(config)` and `validate(config,
 spec)` (the `--validate-only` memory plan) allocate nothing; `predict(config, spec, model,
 plan)` is the wafer's predicted step on it (`wse_systems.training.performance.predict_step`,
 a `RunReport`), which the run logs next to the measured step (`predicted_step_s` in
@@ -69,6 +75,8 @@ from wse_core.host.distributed import is_primary
 
 from wse_trainer import interrupt
 from wse_trainer.config import TrainConfig
+from wse_trainer.config_check import config_notes
+from wse_trainer.evaluation import eval_note, evaluate, held_accuracy, log_eval, replaced
 from wse_trainer.export import export_hf
 from wse_trainer.layout import describe
 from wse_trainer.predicted import run_lines
@@ -78,7 +86,6 @@ from wse_trainer.run_lock import release
 from wse_trainer.save_faults import save_failed
 from wse_trainer.session import (
     Session,
-    evaluate,
     model_config,
     predict,
     stream_rows,
@@ -99,6 +106,8 @@ class RunResult:
     global_step: int
     losses: dict[int, float]
     eval_loss: float | None = None
+    # the next-token accuracy of that eval (None: no eval, or one on record without it)
+    eval_accuracy: float | None = None
     samples: list[str] = dataclasses.field(default_factory=list)
     tokens_per_s: float = 0.0
     stall_fraction: float = 0.0
@@ -115,6 +124,10 @@ class RunResult:
     # the wafer's predicted eval pass (`predict_eval`), when the run evaluated
     eval_report: RunReport | None = None
     restored: bool = False  # weights read from a checkpoint (False: initial, random ones)
+    # the run's notes, as its log says them: the config's (`config_check.config_notes`: a
+    # warm-up past the run, an unused eval_frequency, ModelZoo's keys ignored), then the
+    # session's and the checkpoints' (a kept decay, another corpus, steps moved aside)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def timed(self) -> str:
@@ -179,7 +192,7 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
                 and step != end
                 and is_primary()
             ):
-                _log_eval(log, step, evaluate(s))  # hunt 70: each eval recorded, not only the last
+                log_eval(log, step, evaluate(s))  # hunt 70: each eval recorded, not only the last
             done(step - start)
     log.line(rates.summary(start))
     result.tokens_per_s, result.step_s = rates.tokens_per_s(), rates.step_s()
@@ -187,14 +200,6 @@ def _train_loop(s: Session, ckpt, log, start: int, end: int, result: RunResult) 
     result.first_step_s = rates.first.wall_s if rates.first is not None else 0.0
     if result.step_s:
         result.report = dataclasses.replace(s.prediction, measured_wall_s=result.step_s)
-
-
-def _log_eval(log: Any, step: int, loss: float) -> None:
-    """One evaluation in metrics.jsonl, TensorBoard's eval/ and the run log."""
-    from wse_trainer.metrics import eval_line
-
-    log.record(step, "eval", {"loss": loss, "perplexity": math.exp(min(loss, 700.0))})
-    log.line(eval_line(step, loss))
 
 
 def _diverged(what: str, step: int, ckpt: Any) -> TrainingDivergedError:
@@ -295,14 +300,19 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
             on_file = params_on_file(s.dir) if rerun else []  # what the evals on record ran
             _save_params(s)  # with, read before this run's replace them
         result = RunResult(s.dir, start, {}, restored=s.trainer.memx.params is not initial)
-        for note in notes:
+        # hunt 80: the config's notes were the CLI's alone (stderr), never in run.log nor
+        # said to a Python caller; one list, logged, echoed and returned
+        result.notes = [*config_notes(config), *notes]
+        for note in result.notes:
             log.line(note)
-        if start:
+        if run_cfg.mode == "eval" and result.restored:  # hunt 80: it resumes nothing
+            log.line(f"evaluating checkpoint step {start}" + replaced(log, start))
+        elif start:
             log.line(f"resumed from checkpoint step {start}")
         held = eval_on_record(log, start, s, on_file) if rerun else None
         result.report = s.prediction if trains else None  # hunt 70: priced what never ran
         evals = run_cfg.mode != "train" and held is None
-        if evals and (note := _eval_note(s)):  # none where none runs
+        if evals and (note := eval_note(s)):  # none where none runs
             log.line(note)
         lines, result.eval_report = run_lines(s, trains=trains, evals=evals)
         for line in lines:  # what the run runs, priced (`wse_trainer.predicted`)
@@ -316,10 +326,12 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
             result.global_step = end
         elif run_cfg.mode != "eval":  # hunt 68: max_steps at or below the step, said nowhere
             log.line(nothing_to_train(start, run_cfg.max_steps))
-        if run_cfg.mode != "train" and primary:
-            result.eval_loss = evaluate(s) if held is None else held
-            if held is None:
-                _log_eval(log, result.global_step, result.eval_loss)
+        if run_cfg.mode != "train" and primary and held is None:
+            metrics = evaluate(s)
+            result.eval_loss, result.eval_accuracy = metrics
+            log_eval(log, result.global_step, metrics)
+        elif held is not None:  # its accuracy as on record (none before hunt 80)
+            result.eval_loss, result.eval_accuracy = held, held_accuracy(log, start)
         ckpt.wait()
         log.check()  # the last save went into the run's own folder
         if run_cfg.mode != "eval" and primary:
@@ -344,26 +356,6 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
             log.close()
             release(folder)
     return result
-
-
-def _eval_note(s: Session) -> str | None:
-    """The line saying how many batches each evaluation covers (hunt 72: 4 of 81, unsaid),
-    or None where it evaluates nothing. eval_steps past the split's batches is a note, not a
-    refusal (hunt 70: 100 asked, 4 evaluated, unsaid): the batches are known only once the
-    split is tokenized, and the whole split is a sound evaluation (ModelZoo's default)."""
-    if s.eval_rows is None:
-        return None
-    asked, bsz = s.eval_steps_given, s.config.eval_input.batch_size
-    held = len(s.eval_rows) // bsz
-    some = f"batch{'es' * (held != 1)} of {bsz:,}"
-    if asked is None:
-        return f"evaluating {held:,} {some}: the whole eval split (eval_input.eval_steps unset)"
-    if asked <= held:
-        return f"evaluating {asked:,} of {held:,} {some}: eval_input.eval_steps={asked:,}"
-    return (
-        f"note: eval_input.eval_steps={asked:,} but the eval split holds {held:,} {some}; "
-        f"evaluating {held:,}"
-    )
 
 
 def _folder_gone(log: Any) -> Any:

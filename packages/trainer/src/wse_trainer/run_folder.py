@@ -21,7 +21,8 @@ where `RESUMABLE` does not allow it (the optimizer, the batch: hunt 64), a step 
 name is not its meta's step (`misnamed`), and a metrics.jsonl that is not JSON lines
 (`wse_trainer.metrics.read_metrics`). A step without a readable meta is left to the verified
 read (`wse_trainer.checkpoints`). Hunt 70: a resume whose max_steps
-would stretch the decay keeps it (`keep_decay`); a step folder of the run's that is a
+would stretch the decay keeps it (`keep_decay`; hunt 80: a --checkpoint-path start too, a
+schedule it is given said where it changes a step's rate); a step folder of the run's that is a
 symlink, an export that would move newer steps aside and a model_dir tokenizer.json of
 another identity are refused; a `--checkpoint-path` into the run's own checkpoints is known
 by any spelling (`resolved`).
@@ -270,28 +271,33 @@ def _check_linked(config: TrainConfig) -> None:
             )
 
 
-def keep_decay(config: TrainConfig) -> tuple[TrainConfig, str | None]:
-    """`config` with the decay length of the step the run resumes of its own where its
-    max_steps would stretch it (`optimizer.kept_decay`), and the note saying so; a
-    ConfigError when optimizer.decay_steps names another length. A resume only: an eval, or
-    a start from a --checkpoint-path (its settings may differ: `_check_settings`), keeps none."""
-    from wse_trainer.optimizer import kept_decay
+def keep_decay(config: TrainConfig) -> tuple[TrainConfig, list[str]]:
+    """`config` with the decay length of the step the run resumes where its max_steps would
+    stretch it and optimizer.decay_steps is left out (`optimizer.kept_decay`), and the notes
+    saying so (`optimizer.kept_note`); in its own model_dir a decay_steps naming another
+    length is a ConfigError. A start from a --checkpoint-path (hunt 80: the decay was
+    rebuilt from this run's max_steps, unsaid) keeps it too, but runs a decay_steps or other
+    rates it is given, as ModelZoo runs its params file's schedule on the restored step
+    count, saying the first step whose rate that changes (`optimizer.started_rate_note`).
+    An eval keeps none."""
+    from wse_trainer.optimizer import kept_decay, kept_note, started_rate_note
 
     run = config.runconfig
     found, where = _resumed(config)
-    if not found or run.mode == "eval" or run.checkpoint_path:
-        return config, None
+    if not found or run.mode == "eval":
+        return config, []
     step, meta = found[0]
-    at = f"{where}: checkpoint step {step.name} ({step})"
-    decay = kept_decay(config.optimizer, run.max_steps, int(step.name), meta.get("config"), at)
-    if decay is None:
-        return config, None
-    opt = dataclasses.replace(config.optimizer, decay_steps=decay)
-    return dataclasses.replace(config, optimizer=opt), (
-        f"note: the run keeps the {opt.lr_schedule} decay over {decay} steps it was trained on "
-        f"(optimizer.decay_steps={decay}); runconfig.max_steps={run.max_steps} only says where "
-        "it stops"
-    )
+    at, saved = f"{where}: checkpoint step {step.name} ({step})", meta.get("config")
+    started, opt = bool(run.checkpoint_path), config.optimizer
+    notes = []
+    if not (started and opt.decay_steps is not None):  # given to a new run: its own
+        decay = kept_decay(opt, run.max_steps, int(step.name), saved, at)
+        if decay is not None:
+            opt = dataclasses.replace(opt, decay_steps=decay)
+            notes.append(kept_note(opt, run.max_steps, step, started))
+    if started and (rate := started_rate_note(opt, run.max_steps, int(step.name), saved, at)):
+        notes.append(rate)
+    return dataclasses.replace(config, optimizer=opt), notes
 
 
 # What may change between the runs of one model_dir (ModelZoo resumes with a new

@@ -18,17 +18,18 @@ the prediction on the plan it runs; `Session.state` / `meta` are what a checkpoi
 (`wse_trainer.resume.open_checkpoints` restores them). A model_dir that cannot be a
 writable folder is a ConfigError before any work; what a refused Session made (the folder,
 its tokenizer.json) its caller removes (`run_folder.undone_on_error`).
-`evaluate(s)` is the mean eval loss over the first `eval_steps` batches (all the split holds
-when it holds fewer: the run says so, `wse_trainer.run`); eval_steps left out is the whole
-split, as ModelZoo's `run_cstorch_eval` (hunt 72: 4 batches were): the Session's config holds
-it resolved once the split is read, and the cadences as the loop reads them
-(`wse_trainer.cadence`); `Session.given` and `Session.settings()` are the config as given.
+Each split is read once (`data.corpus_texts`): its documents train the tokenizer, pack into
+rows and are counted against the other split's (`overlap.overlap_note`). `evaluate(s)` (the
+eval loss and next-token accuracy, `EvalMetrics`) is `wse_trainer.evaluation`'s, re-exported:
+the eval split's batches are `eval_input.eval_steps`, or the whole split when it is left
+out, the Session's config holding it resolved once the split is read, and the cadences as
+the loop reads them (`wse_trainer.cadence`); `Session.given` and `Session.settings()` are
+the config as given.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,11 @@ from wse_core.hw.spec import WaferSpec
 
 from wse_trainer.config import ConfigError, TrainConfig, number_text, unknown_model_key
 from wse_trainer.config_check import check_config
+from wse_trainer.evaluation import EvalMetrics, eval_rows, evaluate, packed_rows
 from wse_trainer.modelzoo_model import model_values
 
 __all__ = ["model_config", "validate", "predict", "stream_rows", "Session", "check_inputs",
-           "fitting_tokenizer", "evaluate"]  # fmt: skip
+           "fitting_tokenizer", "evaluate", "EvalMetrics"]  # fmt: skip
 
 
 def model_config(config: TrainConfig):
@@ -154,23 +156,23 @@ def stream_rows(config: TrainConfig, spec: WaferSpec, model: Any, plan: Any):
     )  # fmt: skip
 
 
-def _tokenizer(config: TrainConfig, model_dir: Path, vocab_size: int):
-    """Process 0 loads or trains (and saves) the tokenizer; the others then load its file."""
+def _tokenizer(model_dir: Path, vocab_size: int, texts: list[str]):
+    """Process 0 loads or trains (and saves) the tokenizer, on the train split's `texts`;
+    the others then load its file."""
     from wse_trainer.data import read_tokenizer
 
     path = model_dir / "tokenizer.json"
-    tok = _own_tokenizer(config, path, vocab_size) if is_primary() else None
+    tok = _own_tokenizer(path, vocab_size, texts) if is_primary() else None
     barrier("wse_trainer: tokenizer saved")
     return tok if tok is not None else read_tokenizer(path)
 
 
-def _own_tokenizer(config: TrainConfig, path: Path, vocab_size: int):
-
-    from wse_trainer.data import corpus_texts, train_tokenizer
+def _own_tokenizer(path: Path, vocab_size: int, texts: list[str]):
+    from wse_trainer.data import train_tokenizer
 
     if path.exists():
         return fitting_tokenizer(path, vocab_size)
-    tok = train_tokenizer(corpus_texts(config.train_input), vocab_size)
+    tok = train_tokenizer(texts, vocab_size)
     if tok.get_vocab_size() > vocab_size:
         raise ConfigError(
             f"the tokenizer has {tok.get_vocab_size()} tokens but model."
@@ -196,14 +198,6 @@ def fitting_tokenizer(path: Path, vocab_size: int) -> Any:
             f"at least {size} or remove tokenizer.json to train one"
         )
     return tok
-
-
-def _rows(tok, cfg, seq_len: int):
-    from wse_trainer.data import EOS, corpus_texts, pack
-
-    texts = corpus_texts(cfg)
-    ids = [e.ids for e in tok.encode_batch(texts)]
-    return pack(ids, seq_len, tok.token_to_id(EOS))
 
 
 def check_inputs(config: TrainConfig) -> None:
@@ -267,7 +261,7 @@ class Session:
         from wse_systems.training.plan import plan_activations
 
         from wse_trainer.cadence import keep_note, loop_config
-        from wse_trainer.data import EOS, BatchIterator, tokenizer_identity
+        from wse_trainer.data import EOS, BatchIterator, corpus_texts, tokenizer_identity
         from wse_trainer.layout import choose_layout
         from wse_trainer.optimizer import base_transform
         from wse_trainer.overlap import overlap_note
@@ -286,16 +280,17 @@ class Session:
 
             resolve_checkpoint(run_cfg.checkpoint_path)
         check_resume(config, self.model)  # another model's step: refused, never moved aside
-        config, note = keep_decay(config)  # the resumed schedule, never stretched: hunt 70
+        config, notes = keep_decay(config)  # the resumed schedule, never stretched: hunt 70
         self.given = config  # saved as given (`settings`), run with its cadences resolved
         config = loop_config(config)  # ModelZoo's 0 and null (`wse_trainer.cadence`)
-        self.config, self.notes = config, [note] if note else []  # said once the log is open
+        self.config, self.notes = config, notes  # said once the log is open
         # the CPU attention's numba kernels compile in a helper meanwhile (`sdpa_cpu`)
         sdpa_cpu.compile_early(self.model.hd, self.model.dtype, backward=run_cfg.mode != "eval")
         # a refusal from here on is undone by the caller (`wse_trainer.run`: `undone_on_error`)
         self.dir, seq = make_model_dir(Path(run_cfg.model_dir)), inp.max_sequence_length
-        self.tok = _tokenizer(config, self.dir, self.model.vocab_size)
-        rows = _rows(self.tok, inp, seq)
+        texts = corpus_texts(inp)  # read once: the tokenizer, the rows, the overlap's count
+        self.tok = _tokenizer(self.dir, self.model.vocab_size, texts)
+        rows = packed_rows(self.tok, texts, seq)
         self.eos_id = self.tok.token_to_id(EOS)  # packed rows: their attention pairs, priced
         self.attention_pairs = attention_pairs(rows, self.eos_id) if inp.packing else None
         self.notes += filter(None, [keep_note(self.given, self.dir)])  # the steps it deletes
@@ -303,11 +298,13 @@ class Session:
         self.eval_rows: Any = None  # both splits checked against their batch sizes here
         self.eval_steps_given = config.eval_input.eval_steps  # None: the whole split
         if run_cfg.mode != "train":
-            self.eval_rows = _eval_rows(self.tok, ev := config.eval_input)
-            self.notes += filter(None, [overlap_note(inp, ev)])  # hunt 71
+            docs = corpus_texts(ev := config.eval_input)
+            self.eval_rows = eval_rows(self.tok, ev, docs)
+            self.notes += filter(None, [overlap_note(inp, ev, texts, docs)])  # hunts 71, 80
             if ev.eval_steps is None:  # the whole split: what each eval runs, `predicted` prices
                 whole = dataclasses.replace(ev, eval_steps=len(self.eval_rows) // ev.batch_size)
                 self.config = config = dataclasses.replace(config, eval_input=whole)
+        del texts  # the documents: their rows are what the run keeps
         self.tok_id = tokenizer_identity(self.tok)
         micro = micro_batch(config, spec, self.model)
         plan = memory.streaming
@@ -364,43 +361,3 @@ class Session:
             "tokenizer_sha256": self.tok_id,
             "model": dataclasses.asdict(self.model),
         }
-
-
-@functools.lru_cache(maxsize=8)
-def _eval_fn(model: Any):
-    import jax
-
-    from wse_trainer.reference import loss_fn
-
-    return jax.jit(lambda p, b, seg: loss_fn(model, p, b, seg))
-
-
-def _eval_rows(tok: Any, cfg: Any) -> Any:
-    """The eval split's packed rows; fewer than one batch is a ConfigError (the run checks
-    this when its session is built, before the first training step)."""
-    rows = _rows(tok, cfg, cfg.max_sequence_length)
-    if len(rows) < cfg.batch_size:
-        raise ConfigError(
-            f"the eval split has {len(rows)} sequences, fewer than eval_input."
-            f"batch_size={cfg.batch_size}; lower it or eval_input.max_sequence_length, "
-            "or add data"
-        )
-    return rows
-
-
-def evaluate(s: Session, steps: int | None = None) -> float:
-    """Mean loss over the first `steps` (else `eval_steps`, else all) batches of the eval
-    split (fixed order)."""
-    import numpy as np
-
-    cfg = s.config.eval_input
-    if s.eval_rows is None:
-        s.eval_rows = _eval_rows(s.tok, cfg)
-    rows = s.eval_rows
-    whole = len(rows) // cfg.batch_size
-    n = min(steps or cfg.eval_steps or whole, whole)
-    params = s.trainer.memx.params_tree()
-    f = _eval_fn(s.model)
-    batches = [rows[i * cfg.batch_size : (i + 1) * cfg.batch_size] for i in range(n)]
-    losses = [float(f(params, b, s.segments(b, cfg.packing))) for b in batches]
-    return float(np.mean(losses))

@@ -221,10 +221,11 @@ def train(
     }
     _set_twice(args, flags)
     config = _with_flags(load_config(params, args), flags)
-    _notes(config)
+    validate_only = validate_only or config.runconfig.validate_only  # ModelZoo's key (hunt 65)
+    if validate_only:  # a run says them itself, in its log (`wse_trainer.run`, hunt 80)
+        _notes(config)
     spec, config = _run_wafer(config, args, spec_file)
     console = Console(quiet=not multiprocess.is_primary())
-    validate_only = validate_only or config.runconfig.validate_only  # ModelZoo's key (hunt 65)
     if trace is not None and not validate_only:
         fail("--trace writes the predicted step's per-PE trace: use it with --validate-only")
     if trace is not None and config.runconfig.mode == "eval":
@@ -287,8 +288,9 @@ def _with_flags(config, flags: dict):
 
 
 def _notes(config) -> None:
-    """The config's notes (a warm-up as long as the run, a data file listed twice), said
-    once the command has run; a refused command says only its one line (hunt 69)."""
+    """The config's notes (a warm-up as long as the run, a data file listed twice) of a
+    `--validate-only`, said once the command has run; a refused command says only its one
+    line (hunt 69). A run says them in its log (`wse_trainer.run`: run.log and the echo)."""
     from wse_trainer.config_check import config_notes
 
     if multiprocess.is_primary():
