@@ -13,7 +13,10 @@ weights' dtype and layout named, priced by `wse_systems.token.price_token`; both
 planned for the job's context, prompt + max_tokens, as `wse plan infer` plans it; speculative:
 the rounds run over the tokens kept, a round cut at max_tokens or a stop priced whole) beside the
 measured time per token (pipelined: labelled with its stage count, and beside it `wse plan
-infer --users 1`'s token for the request where the plan's count differs, `infer_plan_token`),
+infer --users 1`'s token for the request where the plan's count differs, `infer_plan_token`;
+and the request's predicted first token beside the measured TTFT, its prompt in the engine's
+32-token chunks, and the whole request, TTFT + (n - 1) tokens, on the same plan:
+`predicted.ttft_s`, `predicted.request_s`, `predicted.request`),
 and (speculative) acceptance statistics (speculative decoding runs on the
 serving engine, `SpeculativeEngine`, whose rounds also give logprobs; with `--logprobs`, the
 mean logprob and perplexity); `--json` prints token ids, text, metrics and (`--logprobs N`)
@@ -40,7 +43,13 @@ from pathlib import Path
 import typer
 
 from wse_cli.commands import infer_prompt as prompts
-from wse_cli.commands.infer_plan_token import plan_line, plan_token, stages_of
+from wse_cli.commands.infer_plan_token import (
+    plan_line,
+    plan_token,
+    request_figure,
+    stages_of,
+    ttft_line,
+)
 from wse_cli.errors import fail
 from wse_cli.options import INT32_MAX, SEED, number
 from wse_cli.outputs import output_file
@@ -64,6 +73,13 @@ def _pipelined(model, ids, sampling, stages, context, stream, wafer, trace=None)
     result = _on_engine(engine, model, ids, sampling, stream, lambda st: st.seqs[0], trace)
     result["engine"] = f"pipelined, {stages} stage(s) on a {stages} x 1 PE grid"
     result["predicted"]["stages"] = stages  # each token labelled with its stage count
+    # the request's first token and whole, on the plan it ran (hunt jobs16 H3: the measured
+    # TTFT was printed beside the decode token's price alone)
+    n = len(result["token_ids"])
+    figure = request_figure(model.config, engine.plan, prompt_tokens=len(ids), output_tokens=n,
+                            chunk=engine.prefill_chunk)  # fmt: skip
+    result["predicted"] |= {"ttft_s": figure["ttft_s"], "request_s": figure["request_s"],
+                            "request": figure}  # fmt: skip
     planned = plan_token(model.config, wafer, prompt_tokens=len(ids), stages=stages,
                          output_tokens=sampling.max_tokens)  # fmt: skip
     if planned is not None:  # hunt 75: the plan's count differs (or the plan refuses)
@@ -381,6 +397,11 @@ def _report(result: dict, as_json: bool) -> None:
             f"({pred['tokens_per_s']:,.0f} tokens/s, {pred['bound']}-bound); measured on "
             f"this emulator {here}/token"
         )
+        if "ttft_s" in pred:  # the request's first token and whole (hunt jobs16 H3)
+            typer.echo(ttft_line(pred["request"], result["ttft_s"]))
+        else:
+            typer.echo("the first token is not predicted on this engine (its prompt pass of "
+                       "two models is priced by wse plan infer --draft)")  # fmt: skip
         if pred.get("assumed"):  # hunt 69: the assumptions that move it went unsaid
             from wse_core.cost.listing import Listed, compact
 
