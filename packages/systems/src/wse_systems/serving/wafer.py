@@ -289,7 +289,12 @@ class WaferServing:
             raise ServingError(
                 f"{users} users do not fit {self.units} x {self.name} with "
                 f"{self.workload.held_tokens} tokens of context each: {self.budget().describe()}"
-                "; use more wafers or a shorter context"
+                f"; serve them as {-(-users // self.max_users)} replicas of {self.units} x "
+                f"{self.name}, {-(-users // -(-users // self.max_users))} users each at most "
+                f"(wse plan infer --users {-(-users // -(-users // self.max_users))}; "
+                "--tokens-per-day sets the replicas: its tokens over a replica's output a day, "
+                "rounded up), else more wafers a replica (compare its tokens/s with the "
+                "replicas': more wafers lengthen a token's path) or a shorter context"
             )
 
     def round_s(self, users: int) -> tuple[float, dict[str, float], float]:
