@@ -33,7 +33,7 @@ import typer
 import wse_models
 from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
-from wse_trainer import session
+from wse_trainer import evaluation
 from wse_trainer.config import ConfigError, OptimizerConfig, load_config
 from wse_trainer.config_check import check_config, config_notes
 from wse_trainer.data import BatchIterator
@@ -73,19 +73,21 @@ def _read_as_left_out(tmp_path, section: str, key: str, value: str) -> list[str]
 
 def test_what_runs_training_batches_shuffled_eval_batches_in_order(monkeypatch):
     # the claims the lines make: training batches a seeded permutation of the rows, not file
-    # order; an evaluation its split's first batches in order (session.evaluate)
+    # order; an evaluation its split's first batches in order (evaluation.evaluate)
     rows = np.arange(40, dtype=np.int32).reshape(20, 2)
     first = next(BatchIterator(rows, 4, seed=0))
     assert not np.array_equal(first, rows[:4]) and set(first[:, 0]) <= set(rows[:, 0])
     seen = []
-    monkeypatch.setattr(session, "_eval_fn", lambda model: lambda p, b, seg: seen.append(b) or 0)
+    monkeypatch.setattr(
+        evaluation, "_eval_fn", lambda model: lambda p, b, seg: seen.append(b) or (0.0, 0)
+    )
     s = types.SimpleNamespace(
         config=types.SimpleNamespace(eval_input=types.SimpleNamespace(
             batch_size=4, eval_steps=3, packing=False)),
         eval_rows=rows, model=None, segments=lambda b, packing: None,
         trainer=types.SimpleNamespace(memx=types.SimpleNamespace(params_tree=lambda: None)),
     )  # fmt: skip
-    session.evaluate(s)
+    evaluation.evaluate(s)
     assert [b.tolist() for b in seen] == [rows[i * 4 : i * 4 + 4].tolist() for i in range(3)]
 
 
