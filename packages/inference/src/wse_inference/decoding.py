@@ -5,6 +5,12 @@ model in chunks of `chunk` tokens (all tokens of a chunk in parallel; the last c
 with position -1, which is not written) into a batch-1 `wse_models.KVCache` of `max_len`
 positions and returns the last prompt token's logits; `prefill_scored` also scores the
 prompt's own tokens (vLLM's prompt_logprobs). `first_token` draws token 0 from them.
+The head (final norm and vocabulary product) runs once a prompt, on its last position only
+(vLLM's `logits_indices`: one row a request), as the wafer's prompt is priced
+(`wse_systems.serving.blocks`): the other chunks skip it, and every prompt position's logits
+are computed only for a request that asks for prompt_logprobs. Session 80: every position's
+were (`wse_models.forward`), one kept; the one row's product rounds as a decode token's head
+does, within 1e-7 of the whole chunk's (same tokens on 438 requests of every engine).
 `decode_step` advances a batch of rows by one token: the token in flight at `pos` is written
 into the cache and token `count` of each row is drawn with `sampling.token_key(key, count)`.
 `PlainDecoder.generate` is the shell: prompt -> tokens, finish reason, TTFT and tokens/s.
@@ -26,6 +32,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from wse_core.errors import is_int, shown
 
 from wse_inference.engine import (
@@ -97,11 +104,31 @@ def sequence_key(seed: int | None) -> jax.Array:
     return seed_key(seed)
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=4)
-def _forward_chunk(config, params, tokens, positions, cache):
+@functools.partial(
+    jax.jit, static_argnums=0, static_argnames=("every", "count_zeros"), donate_argnums=4
+)
+def _forward_chunk(config, params, tokens, positions, cache, last, *, every=False,
+                   count_zeros=False):  # fmt: skip
+    """One prompt chunk [1, chunk] into `cache` -> (logits float32 [V] of row `last`, cache,
+    every row's logits [chunk, V] with `every` (prompt_logprobs) else None, the MLP zeros per
+    layer with `count_zeros` else None). The head runs on row `last` alone, and not at all
+    where `last` < 0 (a chunk before the prompt's last: zeros), in one program either way."""
     import wse_models
 
-    return wse_models.forward(config, params, tokens, positions, cache)
+    h = wse_models.embed(config, params, tokens, positions)
+    out = wse_models.apply_layers(
+        config, params["layers"], h, positions, cache, count_zeros=count_zeros
+    )
+    h = out[0]
+    row = lax.dynamic_slice_in_dim(h, jnp.maximum(last, 0), 1, axis=1)  # [1, 1, d]
+    logits = lax.cond(
+        last >= 0,
+        lambda x: wse_models.unembed(config, params, x)[0, 0],
+        lambda x: jnp.zeros((config.vocab_size,), jnp.float32),
+        row,
+    )
+    rows = wse_models.unembed(config, params, h)[0] if every else None
+    return logits, out[1], rows, out[2] if count_zeros else None
 
 
 def prefill(
@@ -110,13 +137,6 @@ def prefill(
     """Chunked parallel prefill -> (logits [V] of the last prompt token, batch-1 KVCache)."""
     logits, cache, _ = _prefill(config, params, prompt_ids, max_len, chunk, None)
     return logits, cache
-
-
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=4)
-def _forward_chunk_zeros(config, params, tokens, positions, cache):
-    import wse_models
-
-    return wse_models.forward(config, params, tokens, positions, cache, count_zeros=True)
 
 
 def prefill_scored(
@@ -150,18 +170,18 @@ def _prefill(config, params, prompt_ids, max_len, chunk, k, zeros=None):
         positions = np.full((1, chunk), -1, np.int32)
         tokens[0, : part.size] = part
         positions[0, : part.size] = np.arange(start, start + part.size)
-        args = (config, params, jnp.asarray(tokens), jnp.asarray(positions), cache)
-        if zeros is None:
-            out, cache = _forward_chunk(*args)
-        else:
-            out, cache, counts = _forward_chunk_zeros(*args)
+        last = np.int32(part.size - 1 if start + chunk >= n else -1)  # the head's row, if any
+        logits, cache, rows, counts = _forward_chunk(
+            config, params, jnp.asarray(tokens), jnp.asarray(positions), cache, last,
+            every=k is not None, count_zeros=zeros is not None,
+        )  # fmt: skip
+        if zeros is not None:
             zeros.add(counts, part.size)
-        logits = out[0, part.size - 1]
         if k is not None:  # row j predicts token start + j + 1 (the prompt's, if any)
             nxt = ids[start + 1 : start + 1 + chunk]
             padded = np.zeros(chunk, np.int32)
             padded[: nxt.size] = nxt
-            lps = _raw_logprobs(out[0], jnp.asarray(padded))
+            lps = _raw_logprobs(rows, jnp.asarray(padded))
             scored += token_logprobs(nxt, *(np.asarray(x)[: nxt.size] for x in lps), k)
     return logits, cache, None if k is None else tuple(scored)
 
