@@ -31,6 +31,7 @@ from wse_systems.planning.choice import ModelChoice
 from wse_systems.planning.infer import GpuSetup, Target, WaferSetup, plan_infer
 from wse_systems.planning.train import plan_train
 from wse_systems.serving import Workload
+from wse_systems.serving.placements import OUTPUT_TIE
 from wse_systems.serving.wafer import WaferServing
 from wse_systems.token import choose_layout, fastest_plan, head_rows_ladder, price_token
 from wse_systems.transformer import LLAMA31_8B, DecoderCounts
@@ -141,7 +142,11 @@ def test_serving_tokens_and_throughput_never_gain_from_a_reservation():
         assert a.layout["token_s"] <= b.layout["token_s"]
         assert a.aggregate_tokens_per_s >= b.aggregate_tokens_per_s
     tokens = [short.pipelines(u)[0].token_s for u in (1, 8, 24, short.max_users)]
-    assert tokens == sorted(tokens)  # more users in flight: never a faster token
+    # more users in flight: never a faster token, but for the search's tie (`OUTPUT_TIE`):
+    # each load takes the most output within 1%, then the soonest first token (hunt 79: with
+    # the prompt's head once, one user's takes a 256-row head whose token is 0.06% slower
+    # than 24 users' placement's, for a sooner first token)
+    assert all(b >= a * (1 - OUTPUT_TIE) for a, b in zip(tokens, tokens[1:], strict=False))
 
 
 def test_plan_infer_at_a_longer_context_is_never_faster():

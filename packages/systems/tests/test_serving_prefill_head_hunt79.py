@@ -114,3 +114,42 @@ def test_all_prompt_request_is_bound_by_its_prompt():
     long = GpuServing(model, H100, num_gpus=8, fractions=FIT,
                       workload=Workload(prompt_tokens=1024, output_tokens=256))  # fmt: skip
     assert long.point(8).bound == "hbm"
+
+
+def test_wafer_prompt_runs_its_head_once():
+    """The wafer's prompt (GPT-2 124M, 256 tokens in 32 blocks of 8): the per-token element
+    holds each block for its tokens' embedding rows only, and the head's product and the
+    argmax once, one token's (their Works priced by `PerfModel` from `decode_phases`' tree);
+    before, 32 blocks of 8 tokens' head (reverted in hunt 79 while the engine's prompt pass
+    unembedded every position; session 80: it runs the head on the last position alone)."""
+    from wse_core import PerfModel, preset
+    from wse_core.cost.perf import Work
+    from wse_systems.decoder import PER_TOKEN, decode_phases
+    from wse_systems.serving.wafer import WaferServing
+
+    gpt2 = preset_config("gpt2-124m")
+    serve = WaferServing(gpt2, preset("wse3"), num_wafers=1,
+                         workload=Workload(prompt_tokens=256, output_tokens=64))  # fmt: skip
+    req, plan = serve.request(1, 8), serve.plans(1)[0]
+    model = PerfModel(plan.spec)
+    per = next(p for p in decode_phases(gpt2, plan, kv_tokens=128).parts if p.name == PER_TOKEN)
+    parts = {p.name: p for p in per.parts}
+    assert set(parts) == {"lm_head", "argmax", "embed"}
+    lat = ("latency_hops", "fixed_cycles", "system_hops")
+    embed = parts["embed"].work
+    stream = model.cost(Work(**{f: getattr(embed, f) for f in ("links", "relay_stages",
+                        "task_activations")})).seconds  # fmt: skip
+    latency = model.cost(Work(**{f: getattr(embed, f) for f in lat})).seconds
+    once = model.seconds(parts["lm_head"]) + model.seconds(parts["argmax"])
+    assert req.prompt_held_s[PER_TOKEN] == pytest.approx(32 * (8 * stream + latency) + once)
+    # the pass: the old one (every block's head) less the first block's head, plus the once
+    pipe = serve.pipelines(1, prompt=True)[0]
+    old_hold = pipe.occupancy_s(8)[PER_TOKEN]
+    assert req.prompt_held_s[PER_TOKEN] < 0.25 * 32 * old_hold
+    # the case's premise (review 79: this check sat under an `if` and might never run): a
+    # layer, not the per-token element, is the bottleneck, so the pass is the old one's
+    # blocks less the per-token element's share
+    held = pipe.occupancy_s(8)
+    assert max(held, key=held.get) != PER_TOKEN
+    old = pipe.blocks_s(256, 8)
+    assert req.prompt_s == pytest.approx(old - old_hold + 8 * stream + latency + once)

@@ -72,6 +72,7 @@ class _Case(NamedTuple):
     verifies: int
     rounds: int
     tokens: float
+    last: tuple[tuple[tuple[str, float], ...], ...] = ()  # each prompt path's last block
 
 
 def _case(serve: WaferServing, users: int, block: int) -> _Case:
@@ -79,19 +80,30 @@ def _case(serve: WaferServing, users: int, block: int) -> _Case:
     target, draft = serve.pipelines(users)
     t_prompt, d_prompt = serve.pipelines(users, prompt=True)
     k = min(block, w.prompt_tokens)
-    prompt = (tuple(t_prompt.occupancy_s(k).items()),)
+    # session 80: a prompt's head, argmax and token out run once, in its last block (as the
+    # engine's prompt pass runs the head: on the prompt's last position alone)
+    prompt, last = (_held(t_prompt, k),), (_held(t_prompt, k, last=True),)
     blocks = math.ceil(w.prompt_tokens / k)
     if spec is None or draft is None or d_prompt is None:
         # the prompt's pass emits the first token, O - 1 decode tokens follow (hunt 75)
         return _Case(prompt, blocks, (), 0, tuple(target.occupancy_s(1).items()), 1,
-                     w.output_tokens - 1, 1.0)  # fmt: skip
-    prompt += (tuple((f"draft {n}", s) for n, s in d_prompt.occupancy_s(k).items()),)
+                     w.output_tokens - 1, 1.0, last)  # fmt: skip
+    prompt += (tuple((f"draft {n}", s) for n, s in _held(d_prompt, k)),)
+    last += (tuple((f"draft {n}", s) for n, s in _held(d_prompt, k, last=True)),)
     kv = target.pass_s(spec.gamma + 1)[1]
     rounds = (w.output_tokens - 1) / spec.tokens_per_round  # after the prompt's token
     assert rounds == int(rounds)
     return _Case(prompt, blocks, tuple((f"draft {n}", s) for n, s in draft.occupancy_s(1).items()),
                  spec.gamma, tuple(target.occupancy_s(kv).items()),
-                 math.ceil((spec.gamma + 1) / kv), int(rounds), spec.tokens_per_round)  # fmt: skip
+                 math.ceil((spec.gamma + 1) / kv), int(rounds), spec.tokens_per_round,
+                 last)  # fmt: skip
+
+
+def _held(pipe, k: int, last: bool = False) -> tuple[tuple[str, float], ...]:
+    """A prompt block's holds of each element in order; the last block's with the
+    prompt's logits (head, argmax, token out)."""
+    once = pipe.logits_s() if last else {}
+    return tuple((n, s + once.get(n, 0.0)) for n, s in pipe.prompt_occupancy_s(k).items())
 
 
 def _policy_run(case: _Case, starts: list[float], horizon: float) -> tuple[float, float, float]:
@@ -125,9 +137,9 @@ def _policy_run(case: _Case, starts: list[float], horizon: float) -> tuple[float
 
     def send(u: int) -> None:
         user[u].update(sent=clock, left=case.blocks * len(case.prompt), rounds=0)
-        for path in case.prompt:
-            for _ in range(case.blocks):
-                enter(u, path, "prompt")
+        for i, path in enumerate(case.prompt):
+            for b in range(case.blocks):
+                enter(u, case.last[i] if case.last and b == case.blocks - 1 else path, "prompt")
 
     def start_round(u: int) -> None:
         user[u]["drafted"] = 0

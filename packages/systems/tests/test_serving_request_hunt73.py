@@ -114,9 +114,8 @@ def test_the_prompts_share_is_the_time_they_add(speculative, users):
     p = serve.point(users)
     k = p.layout["prompt_block_tokens"]
     case = H72._case(serve, users, k)
-    bare = case._replace(
-        prompt=tuple(tuple((n, 0.0) for n, _ in path) for path in case.prompt), blocks=1
-    )
+    zero = lambda paths: tuple(tuple((n, 0.0) for n, _ in path) for path in paths)  # noqa: E731
+    bare = case._replace(prompt=zero(case.prompt), last=zero(case.last), blocks=1)
     starts = [u * p.layout["request_period_s"] / users for u in range(users)]
     full, empty = (_served(serve, users, k, starts, c)[0] for c in (case, bare))
     assert p.input_time_share == pytest.approx(1.0 - full / empty, abs=0.03)

@@ -106,17 +106,20 @@ def _check(serve, users: int) -> list[float]:
 
 
 def test_the_first_token_bounds_every_users_mean_and_the_runs_cut_does_not():
-    """Llama 3.2 1B, 128 + 1 tokens, 64 users: the run's mean over its requests is under the
-    bound (its cut keeps a burst's later senders) and moves with the run's length; each
-    user's mean is under it, the same at every length, and users in step come within 2%."""
+    """Llama 3.2 1B, 128 + 1 tokens, 64 users: the run's mean over its requests moves with
+    the run's length (its cut keeps a burst's later senders: above the bound at some
+    lengths); each user's mean is under it, the same at every length, and users in step
+    come within 2%."""
     serve = _serve("llama3-1b", 128, 2)  # one decode token after the prompt's (hunt 75: + 1)
     p = serve.point(64)
     k = p.layout["prompt_block_tokens"]
     assert p.layout["ttft_bound"].startswith("conservative")
-    cut, fair = _firsts(serve, 64, k, "lockstep")  # the run's: 0.975 of the bound
-    longer, same = _firsts(serve, 64, k, "lockstep", periods=12)  # 0.988
-    assert abs(cut - longer) > 0.01 * fair  # the cut's, not the users'
-    assert same == pytest.approx(fair, rel=1e-9)
+    # the run's at 4, 6 and 12 periods: 0.999, 1.029 and 1.023 of the bound (before session
+    # 80's prompt head once, another placement: 0.975 at 6, 0.988 at 12)
+    runs = [_firsts(serve, 64, k, "lockstep", periods=n) for n in (4, 6, 12)]
+    cuts, fair = [cut for cut, _ in runs], runs[0][1]
+    assert max(cuts) - min(cuts) > 0.01 * fair  # the cut's, not the users'
+    assert all(same == pytest.approx(fair, rel=1e-9) for _, same in runs)
     assert fair <= p.ttft_s <= fair * 1.02
     _check(serve, 64)
 

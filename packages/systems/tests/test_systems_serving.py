@@ -275,13 +275,15 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
         prompt, _ = serve.pipelines(u, prompt=True)
         k = p.layout["prompt_block_tokens"]
         blocks = math.ceil(16 / k)
-        own = {n: blocks * prompt.occupancy_s(k)[n] for n in held}
+        # the prompt's head, argmax and token out once, in its last block (hunt 79)
+        once = prompt.logits_s()
+        own = {n: blocks * prompt.prompt_occupancy_s(k)[n] + once.get(n, 0.0) for n in held}
         work = {n: AFTER * held[n] + own[n] for n in held}
-        passing = prompt.blocks_s(16, k)
+        passing = prompt.prompt_blocks_s(16, k)
         tau = max(latency, u * max(held.values()))  # a token in free flow
         window = AFTER * tau + min(u - 1, AFTER) * max(0.0, passing - tau)
         if u - 1 > AFTER and passing > tau:  # hunt 73: the prompts past those items catch one
-            big, cap = max(prompt.occupancy_s(k).values()) * blocks, u * max(work.values())
+            big, cap = max(own.values()), u * max(work.values())
             base = window
             window = brentq(  # w = base + C Bp, C the others' prompts in w (one a period)
                 lambda w, u=u, base=base, passing=passing, cap=cap, big=big: (
@@ -292,9 +294,13 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
         period = max(path, full)  # by hand
         least = period - window  # the prompt's pass, or with the admission wait when full
         slow = max(own, key=own.__getitem__)  # where the prompt is held longest
-        # half the others' prompts there ahead of it and the token under way there, at most
-        # the period less the output alone
-        burst = passing + 0.5 * (u - 1) * own[slow] + held[slow] if u > 1 else passing
+        # the users send a decode token's hold at the path's last element apart at least
+        # (session 80: `release_s`; the elements in order, a pass that holds none skipped)
+        apart = [s for s in held.values() if s > 0][-1]
+        # half the others' prompts there ahead of it, each sent that much sooner, and the
+        # token under way there, at most the period less the output alone
+        wait = max(0.0, own[slow] - apart)
+        burst = passing + 0.5 * (u - 1) * wait + held[slow] if u > 1 else passing
         first = max(least, min(period - AFTER * latency, burst))
         assert p.layout["ttft_least_s"] == pytest.approx(least)
         assert p.ttft_s == pytest.approx(first)

@@ -21,11 +21,17 @@ block_tokens=k)`), the MeshGEMM only where its buffers fit the element's region 
 the region holds (`meshgemm_max_tokens`: `Pipeline.gemm_tokens`, per element; k MeshGEMVs
 need no buffer beyond the block's activations). Hunt 68: every k > 1 was the MeshGEMM (gpt2
 124M: a 2-token block held the head 1,858 us, a token the busiest region 5.67 us), so prompts
-ran a token at a time and the faster decode program served less under load. The head's
-product is priced for every token of a block, under either program: the engine's prompt
-pass computes every prompt token's logits (`wse_models.forward` unembeds every position;
-`wse_inference.decoding.prefill` keeps the last one's, `prompt_logprobs` reads the rest).
-A decode token (k = 1) is the MeshGEMV's.
+ran a token at a time and the faster decode program served less under load. A decode token
+(k = 1) is the MeshGEMV's. A prompt needs the logits of its last token only (the first token's;
+vLLM's `logits_indices`, `wse_systems.serving.gpu_step`): the head's product, the argmax and
+the token's trip out (`Pipeline.logits_parts`, of the per-token element) run once a prompt, on
+one token, in its last block; its other work (each prompt token's embedding row to the first
+stage) every token (`prompt_occupancy_s`, `prompt_blocks_s`, `logits_s`), as the engine's
+prompt pass runs it (`wse_inference.decoding.prefill`: the head on the last position alone,
+the chunks before it without). Session 80: every prompt token's head was priced, as that
+pass had unembedded every position (hunt 79's head once on the wafer was reverted for it);
+prompt logprobs, which need every row (the engine computes them for such a request only), are
+priced on neither system.
 `wse_systems.serving.wafer` builds users, requests and their scheduling on these.
 """
 
@@ -143,6 +149,9 @@ class Pipeline:
 
     elements: tuple[tuple[str, bool, _Priced], ...]
     max_block_tokens: int  # the largest prompt block whose activations fit every region
+    # per element, the parts of its tree a prompt runs once, on its last token (the per-token
+    # element's head product, argmax and trip out: `logits_parts`)
+    logits_parts: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     # per element (meshgemv): the largest block whose MeshGEMMs fit its region (none: 0)
     gemm_tokens: Mapping[str, int] = dataclasses.field(default_factory=dict)
     # what a block of k tokens holds and the passes priced so far, by their arguments (hunt
@@ -153,6 +162,48 @@ class Pipeline:
     def _held_s(self, name: str, priced: _Priced, tokens: int, latency: bool = True) -> float:
         fits = tokens <= self.gemm_tokens.get(name, 0)
         return priced.seconds(tokens, latency=latency, gemm=fits)
+
+    def _prompt_held_s(self, name: str, priced: _Priced, tokens: int) -> float:
+        """A prompt block's hold of an element, less what a prompt runs once (`logits_s`)."""
+        once = self.logits_parts.get(name)
+        if not once:
+            return self._held_s(name, priced, tokens)
+        fits = tokens <= self.gemm_tokens.get(name, 0)
+        kids = enumerate(priced.children)
+        return priced.repeat * sum(
+            c.seconds(tokens, gemm=fits) for i, c in kids if i not in once
+        )  # a serial node (`decoder._per_token`)
+
+    def logits_s(self) -> dict[str, float]:
+        """Seconds each element is held by what a prompt runs once, on its last token: the
+        head's product, the argmax and the token's trip out (`logits_parts`)."""
+        named = {n: p for n, _, p in self.elements}
+        return {n: named[n].repeat * sum(named[n].children[i].seconds(1) for i in idx)
+                for n, idx in self.logits_parts.items()}  # fmt: skip
+
+    def prompt_occupancy_s(self, tokens: int) -> dict[str, float]:
+        """Seconds each element is held by a prompt block of `tokens` tokens, the work a
+        prompt runs once left out (`logits_s`: the last block's, beside)."""
+        key = ("prompt held", tokens)
+        if key not in self._memo:
+            self._memo[key] = {
+                name: self._prompt_held_s(name, p, tokens) if region else
+                self._held_s(name, p, tokens, latency=False) for name, region, p in self.elements
+            }  # fmt: skip
+        return dict(self._memo[key])
+
+    def prompt_blocks_s(self, n_tokens: int, block: int) -> float:
+        """Seconds of a prompt of `n_tokens` in blocks of `block` (at most `n_tokens`): the
+        first block through every element, the rest one bottleneck time apart (`blocks_s`),
+        and the last block's logits (`logits_s`)."""
+        k = min(block, n_tokens)
+        if ("prompt fill", k) not in self._memo:
+            self._memo["prompt fill", k] = sum(
+                self._prompt_held_s(name, p, k) for name, _, p in self.elements
+            )  # fmt: skip
+        occ = self.prompt_occupancy_s(k)
+        return (self._memo["prompt fill", k] + (math.ceil(n_tokens / k) - 1) * max(occ.values())
+                + sum(self.logits_s().values()))  # fmt: skip
 
     @property
     def token_s(self) -> float:
@@ -228,7 +279,17 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
         (p.name, p.name in regions, _price(model, p, cache, block and _child(block, i)))
         for i, p in enumerate(step.parts)
     )
-    return Pipeline(elements, **block_caps(config, plan))
+    return Pipeline(elements, **block_caps(config, plan), logits_parts=_logits_parts(step))
+
+
+_ONCE_A_PROMPT = ("lm_head", "argmax", "token_out")  # `decoder._per_token`'s, by name
+
+
+def _logits_parts(step: Phases) -> dict[str, tuple[int, ...]]:
+    """The per-token element's parts a prompt runs once (`Pipeline.logits_parts`)."""
+    per_token = next(p for p in step.parts if p.name == PER_TOKEN)
+    assert isinstance(per_token, Phases) and per_token.mode == "serial"
+    return {PER_TOKEN: tuple(i for i, p in enumerate(per_token.parts) if p.name in _ONCE_A_PROMPT)}
 
 
 def priced_by(plan: PipelinePlan) -> tuple:

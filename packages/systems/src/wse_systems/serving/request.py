@@ -52,9 +52,14 @@ of decode items, first come first served within each class; U users in a closed 
   `ttft_s`, named in `layout["ttft_bound"]`): the phases set it, from the prompt's pass
   alone (users evenly spaced: `layout["ttft_least_s"]`) to the pass behind every other
   prompt in one burst (all users in step, which a convoy keeps: the users it releases
-  together send together); a prompt waits behind each other prompt once a period at most,
-  B at the element it holds longest, so the mean wait is (U - 1) B / 2 at most, with the
-  decode unit under way there; nor can it exceed the period less the decode alone. Cobham's
+  together send together, one after another: a request ends with its last item leaving the
+  path's last element, which serves one item at a time, so two users send g apart at least,
+  g that item's hold there, `release_s`); a prompt waits behind each other prompt once a
+  period at most, B at the element it holds longest, less the g by which it was sent after
+  each, so the mean wait is (U - 1) (B - g)+ / 2 at most, with the decode unit under way
+  there; nor can it exceed the period less the decode alone (session 80: without g, Llama
+  3.2 1B's 64 users of 128 + 2 tokens, whose placement's head of 10 rows holds each decode
+  token 29 us, were priced 6% above a run, its users sent 29 us apart). Cobham's
   (1954) priority queue at random arrivals was 5-16x below runs from random phases (Llama 3
   70B on 8 wafers, 64 users: 20 ms priced, 319-471 ms run), which bunch;
 - the prompts' share of the time (`input_time_share`, for $/M input tokens): the share of
@@ -109,11 +114,11 @@ def request_work(
     rounds = decode_steps(workload, speculation.tokens_per_round if speculation else 1.0)
     p, k = workload.prompt_tokens, min(block, workload.prompt_tokens)
     blocks = math.ceil(p / k)
-    prompt = {n: blocks * s for n, s in pipes.target_prompt.occupancy_s(k).items()}
-    prompt_s = pipes.target_prompt.blocks_s(p, k)
+    prompt = _prompt_held(pipes.target_prompt, blocks, k)
+    prompt_s = pipes.target_prompt.prompt_blocks_s(p, k)
     if pipes.draft_prompt is not None:  # the draft reads the prompt on its own rows
-        prompt |= {f"draft {n}": blocks * s for n, s in pipes.draft_prompt.occupancy_s(k).items()}
-        prompt_s = max(prompt_s, pipes.draft_prompt.blocks_s(p, k))
+        prompt |= {f"draft {n}": s for n, s in _prompt_held(pipes.draft_prompt, blocks, k).items()}
+        prompt_s = max(prompt_s, pipes.draft_prompt.prompt_blocks_s(p, k))
     held = pipes.unit_held_s
     total = {n: rounds * held.get(n, 0.0) + prompt.get(n, 0.0) for n in dict(held) | prompt}
     items: dict[str, Any] = {}
@@ -124,11 +129,38 @@ def request_work(
         # at least as much
         verify_s = pipes.target.pass_s(speculation.gamma + 1)[0]
         tail_s = max(held.get(n, 0.0) for n in pipes.target_prompt.occupancy_s(k))
-        lag_s = prompt_s - pipes.draft_prompt.blocks_s(p, k) if pipes.draft_prompt else 0.0
+        lag_s = prompt_s - pipes.draft_prompt.prompt_blocks_s(p, k) if pipes.draft_prompt else 0.0
         credit_s = max(0.0, min(verify_s - tail_s, lag_s))
         items = dict(entries=speculation.gamma + 1, entry_s=credit_s)
     return RequestWork(block=k, held_s=total, prompt_held_s=prompt, prompt_s=prompt_s,
-                       decode_s=rounds * pipes.unit_s, units=rounds, **items)  # fmt: skip
+                       decode_s=rounds * pipes.unit_s, units=rounds,
+                       release_s=_release_s(pipes, rounds, k, speculation), **items)  # fmt: skip
+
+
+def _release_s(pipes: Pipes, rounds: float, k: int, speculation: Speculation | None) -> float:
+    """g: the least time between two users' requests' ends, the hold of the item that ends a
+    request at the last element of its path that holds one (an element that holds none, a
+    pass between wafers on one, keeps the items' spacing): a decode token, a verify block of
+    the last round, or with no decode the prompt's last block; 0 where the prompt's pass ends
+    on either of two paths (the target's and the draft's, at one output token)."""
+    if rounds and speculation is not None:
+        held = pipes.target.occupancy_s(pipes.target.pass_s(speculation.gamma + 1)[1])
+    elif rounds:
+        held = pipes.target.occupancy_s(1)
+    elif pipes.draft_prompt is None:
+        prompt, once = pipes.target_prompt, pipes.target_prompt.logits_s()
+        held = {n: s + once.get(n, 0.0) for n, s in prompt.prompt_occupancy_s(k).items()}
+    else:
+        return 0.0
+    return next((s for s in reversed(held.values()) if s > 0.0), 0.0)
+
+
+def _prompt_held(pipe: Any, blocks: int, k: int) -> dict[str, float]:
+    """Seconds a prompt of `blocks` blocks of `k` holds each element of `pipe`: each block's
+    hold, and its logits once (`wse_systems.serving.blocks.Pipeline.logits_s`; session 80:
+    the head was held for every prompt token)."""
+    once = pipe.logits_s()
+    return {n: blocks * s + once.get(n, 0.0) for n, s in pipe.prompt_occupancy_s(k).items()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -146,6 +178,7 @@ class RequestWork:
     units: float
     entries: int = 1  # a unit's items entering the pipelines one after another
     entry_s: float | None = None  # the work credited ahead of a prompt (None: the unit)
+    release_s: float = 0.0  # g: two users' requests end this far apart at least
 
     def bottleneck(self) -> tuple[str, float]:
         name = max(self.held_s, key=self.held_s.__getitem__)
@@ -196,7 +229,8 @@ class RequestWork:
         where the caller has them (the window is a root found by bisection)."""
         times = times or self.times(users)
         big, item = self._prompt_element()
-        burst = self.prompt_s + 0.5 * (users - 1) * big + item if users > 1 else self.prompt_s
+        wait = max(0.0, big - self.release_s)  # behind each earlier sender, sent g later
+        burst = self.prompt_s + 0.5 * (users - 1) * wait + item if users > 1 else self.prompt_s
         return max(times.first_token_s, min(times.period_s - self.decode_s, burst))
 
     def _prompt_element(self) -> tuple[float, float]:

@@ -63,15 +63,17 @@ __all__ = [
 ]
 
 PriceFn = Callable[[Any, PipelinePlan], Pipeline]  # (config, plan) -> its priced pipeline
-LoadFn = Callable[[PipelinePlan, PipelinePlan], float]  # (target, draft) plans -> seconds
+# (target, draft) plans -> the seconds a placement is ranked by, in order
+LoadFn = Callable[[PipelinePlan, PipelinePlan], tuple[float, ...]]
 
 
 class RoundSetup(NamedTuple):
     """The round a speculative placement is priced for: `gamma` drafts a round, `kv_tokens`
     cached tokens read, `price(config, plan)` a plan's `Pipeline` (None: `price_pipeline` at
     `kv_tokens`; the serving model passes its own), `load(target plan, draft plan)` the
-    seconds a placement is ranked by at its load (the serving model: a user's request
-    period at its `slots` users; None: the round period of `slots` users)."""
+    seconds a placement is ranked by at its load, in order (the serving model: a user's
+    request period at its `slots` users, then its first token; None: the round period of
+    `slots` users)."""
 
     gamma: int
     kv_tokens: int
@@ -163,9 +165,10 @@ def place_speculative(
     (`wse_systems.token.ladder_plans`), the placement that holds both and whose round
     period with `slots` users in flight prices shortest: its round (`gamma` drafts and the
     target's pass over gamma + 1 tokens, `kv_tokens` cached tokens read), or `slots` rounds
-    through the element a round holds longest, one at a time, whichever is longer; then the
-    shorter round, then the fewer rows (at one user: the shortest round, the fastest plan of
-    each model on its rows). None holds them: the draft on its
+    through the element a round holds longest, one at a time, whichever is longer (with
+    `round.load`: the keys it gives, in order); then the shorter round, then the fewer rows
+    (at one user: the shortest round, the fastest plan of each model on its rows). None
+    holds them: the draft on its
     fewest rows (`fewest_draft_rows`, whose error comes first when nothing does), each model
     placed fastest there (`wse_systems.token.fastest_plan`). `regions` are the target's (the
     draft's: one per layer, laid out and priced as the target's); `price(config, plan)`
@@ -212,7 +215,7 @@ def place_speculative(
                  for d in sorted(drafts, key=lambda p: drafting(p)[0])]  # fmt: skip
         if pairs:
             key, t, d = min(
-                (((load(t, d), verify(t)[0] + drafting(d)[0]) if load else
+                (((*load(t, d), verify(t)[0] + drafting(d)[0]) if load else
                   _period(verify(t), drafting(d), slots), t, d) for t, d in pairs),
                 key=lambda c: c[0],
             )  # fmt: skip

@@ -29,8 +29,10 @@ passes between wafers). The pipeline:
   P / 2 tokens (the prompt's mean): a block holds each element k times its streaming work
   (instructions, SRAM, link words, off-wafer bytes) plus its latency (hops, fixed cycles,
   system passes) once (under meshgemv each product the cheaper of that and a MeshGEMM that
-  fits: `blocks`), and the blocks pipeline through the elements, so the prompt alone
-  takes sum_j b_j(k) + (ceil(P / k) - 1) max_j b_j(k) (`Pipeline.blocks_s`); k is at most
+  fits: `blocks`), but the head's product and the argmax once a prompt, on one token in its
+  last block, as the engine runs them (`Pipeline.logits_s`), and the blocks pipeline through
+  the elements, so the prompt alone takes sum_j b_j(k) + (ceil(P / k) - 1) max_j b_j(k) and
+  the head's once (`Pipeline.prompt_blocks_s`); k is at most
   what the regions' free SRAM holds (`Pipeline.block_sizes`: powers of two up to that);
 - whole requests (`RequestWork`), the policy: each user sends a request of P prompt and O
   output tokens, then the next (sent as the last completes); each element serves one item
@@ -353,22 +355,25 @@ class WaferServing:
         return [self._requests[key, k] for k in sizes]
 
     def _load(self, users: int) -> sp.LoadFn:
-        """(target plan, draft plan) -> a user's request period at `users`, the block that
-        serves most: a speculative placement priced by this model at its load (hunt 72: by
-        one user's round, 8B served 8% less at 16-64 users; by the round period alone, a
-        toy 16% less at 4 users)."""
+        """(target plan, draft plan) -> (a user's request period at `users`, its first token
+        there) in the block that serves most: a speculative placement priced by this model at
+        its load (hunt 72: by one user's round, 8B served 8% less at 16-64 users; by the round
+        period alone, a toy 16% less at 4 users), equal periods by the policy's next key, the
+        sooner first token (session 80: two heads' equal periods, the slower head's users
+        sent further apart, `RequestWork.release_s`)."""
         w, spec, half = self.workload, self.speculation, max(1, self.workload.prompt_tokens // 2)
         assert spec is not None
 
-        def period(target_plan: PipelinePlan, draft_plan: PipelinePlan) -> float:
+        def period(target_plan: PipelinePlan, draft_plan: PipelinePlan) -> tuple[float, float]:
             t, d = (self._price(c, p, w.kv_tokens) for c, p in
                     ((self.config, target_plan), (spec.draft, draft_plan)))  # fmt: skip
             pipes = Pipes(t, d, self._price(self.config, target_plan, half),
                           self._price(spec.draft, draft_plan, half),
                           spec.gamma * d.token_s + t.pass_s(spec.gamma + 1)[0],
                           sp.round_held(t, d, spec.gamma))  # fmt: skip
-            sizes = pipes.target_prompt.block_sizes()
-            return min(request_work(w, k, pipes, spec).period_s(users) for k in sizes)
+            works = [request_work(w, k, pipes, spec) for k in pipes.target_prompt.block_sizes()]
+            return min((t.period_s, r.first_s(users, t)) for r, t in
+                       ((r, r.times(users)) for r in works))  # fmt: skip
 
         return period
 
