@@ -2,9 +2,10 @@
 request, on its last position, as vLLM computes logits only at `logits_indices` (one row a
 sequence, vllm/v1/worker/gpu_model_runner.py). Before, `decoding.prefill` unembedded every
 position of every chunk (`wse_models.forward`) and kept one row: 37 prompt tokens in chunks
-of 8 ran 40 head rows for the 1 it used (GPT-2's 50,257-word head on a 64-wide model: the
-prompt pass 6.5x slower than the one row's). Every position's rows are computed only for a
-request that asks for prompt_logprobs (echo with logprobs on the HTTP server).
+of 8 ran 40 head rows for the 1 it used (GPT-2's 50,257-word head on a 64-wide model, 512
+tokens in chunks of 32: the prompt pass 4.9x and 6.5x slower than the one row's, the medians
+of two side-by-side runs on a shared 2-core machine). Every position's rows are computed
+only for a request that asks for prompt_logprobs (echo with logprobs on the HTTP server).
 
 The oracle: the rows counted by hand (ceil(P / c) chunks of c rows where prompt_logprobs are
 asked, else one), read as the head runs (a `jax.debug.callback` in the counted head, so a
