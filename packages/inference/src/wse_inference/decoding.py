@@ -10,7 +10,7 @@ The head (final norm and vocabulary product) runs once a prompt, on its last pos
 (`wse_systems.serving.blocks`): the other chunks skip it, and every prompt position's logits
 are computed only for a request that asks for prompt_logprobs. Session 80: every position's
 were (`wse_models.forward`), one kept; the one row's product rounds as a decode token's head
-does, within 1e-7 of the whole chunk's (same tokens on 438 requests of every engine).
+does, within 3e-7 of the whole chunk's (same tokens on 438 requests of every engine).
 `decode_step` advances a batch of rows by one token: the token in flight at `pos` is written
 into the cache and token `count` of each row is drawn with `sampling.token_key(key, count)`.
 `PlainDecoder.generate` is the shell: prompt -> tokens, finish reason, TTFT and tokens/s.
