@@ -4,7 +4,7 @@ token ids and the model's EOS ids are held back (logit -inf, vLLM's MinTokensLog
 then they stop the sequence again.
 
 Oracle: greedy decoding in NumPy, each step one parallel forward over the whole sequence
-(`testing.np_forward_logits`, not the decoders' KV-cache path), the held ids' logits set to
+(`testing.np_held_greedy`, not the decoders' KV-cache path), the held ids' logits set to
 -inf for the first min_tokens steps, stopping on a stop id from then on. The plain, pipelined
 and speculative decoders (and the speculative engine) must give its tokens; sampled, the
 pipelined engine must draw what the plain decoder draws, and no held id comes before
@@ -13,7 +13,6 @@ min_tokens whatever the seed.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from wse_core import preset
 from wse_inference.decoding import PlainDecoder
@@ -22,27 +21,12 @@ from wse_inference.model_dir import truncated_model
 from wse_inference.pipeline.engine import PipelineEngine
 from wse_inference.speculative.decoder import SpeculativeDecoder
 from wse_inference.speculative.engine import SpeculativeEngine
-from wse_inference.testing import np_forward_logits, np_penalize, one_request, tiny_model
+from wse_inference.testing import np_held_greedy, one_request, tiny_model
 
 pytestmark = pytest.mark.timeout(600)
 PROMPT = [5, 9, 5, 9, 5, 9, 5]
 MIN_TOKENS = 4
 N = 14
-
-
-def np_held_greedy(model, prompt, n, held, min_tokens, stop, pen=(0.0, 0.0, 1.0)) -> list[int]:
-    """Up to n greedy tokens: `held` ids at -inf for the first `min_tokens` steps; a token of
-    `stop` ends the sequence (it is kept, as the engines report it); `pen`: vLLM's presence,
-    frequency and repetition penalties (`testing.np_penalize`)."""
-    out: list[int] = []
-    for j in range(n):
-        z = np_penalize(np_forward_logits(model, [*prompt, *out])[-1], out, prompt, *pen)
-        if j < min_tokens:
-            z[list(held)] = -np.inf
-        out.append(int(np.argmax(z)))
-        if out[-1] in stop:
-            break
-    return out
 
 
 @pytest.fixture(scope="module")

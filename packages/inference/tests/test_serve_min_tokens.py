@@ -25,7 +25,6 @@ import json
 
 import grpc
 import httpx
-import numpy as np
 import pytest
 import typer
 from wse_cli.app import app
@@ -38,7 +37,7 @@ from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.proto import load_stubs
 from wse_inference.serve.testing import running_server
 from wse_inference.serve.text_stream import TextStream
-from wse_inference.testing import np_forward_logits, one_request, save_tiny_model
+from wse_inference.testing import np_held_greedy, one_request, save_tiny_model
 
 pytestmark = pytest.mark.timeout(300)
 pb2, pb2_grpc = load_stubs()
@@ -186,20 +185,6 @@ def test_a_stop_string_straddling_min_tokens_is_matched_and_one_inside_is_not():
 # -- a real tiny model: its EOS held back ----------------------------------------------------
 PROMPT = [72, 105, 32]  # "Hi "
 MAX_TOKENS = 12
-
-
-def np_held_greedy(model, prompt, n, held, min_tokens, stop) -> list[int]:
-    """Up to n greedy tokens, `held` at -inf for the first `min_tokens` steps, a token of
-    `stop` ending it (kept): one parallel forward over the whole sequence a step."""
-    out: list[int] = []
-    for j in range(n):
-        z = np_forward_logits(model, [*prompt, *out])[-1].copy()
-        if j < min_tokens:
-            z[list(held)] = -np.inf
-        out.append(int(np.argmax(z)))
-        if out[-1] in stop:
-            break
-    return out
 
 
 def test_a_models_eos_is_held_back_on_the_server_and_in_generate(tmp_path):

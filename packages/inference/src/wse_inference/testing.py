@@ -41,6 +41,7 @@ __all__ = [
     "np_forward_logits",
     "np_penalize",
     "np_penalized_greedy",
+    "np_held_greedy",
     "markov_speculative",
     "markov_joint",
     "tiny_model",
@@ -120,6 +121,22 @@ def np_penalized_greedy(model, prompt_ids, n, presence=0.0, frequency=0.0, repet
     for _ in range(n):
         z = np_forward_logits(model, [*prompt_ids, *out])[-1]
         out.append(int(np.argmax(np_penalize(z, out, prompt_ids, presence, frequency, repetition))))
+    return out
+
+
+def np_held_greedy(model, prompt, n, held, min_tokens, stop, pen=(0.0, 0.0, 1.0)) -> list[int]:
+    """Up to n greedy tokens, one parallel forward over the whole sequence a step: `held` ids
+    at -inf for the first `min_tokens` steps (vLLM's min_tokens); a token of `stop` ends the
+    sequence (it is kept, as the engines report it); `pen`: vLLM's presence, frequency and
+    repetition penalties (`np_penalize`). The min_tokens tests' oracle."""
+    out: list[int] = []
+    for j in range(n):
+        z = np_penalize(np_forward_logits(model, [*prompt, *out])[-1], out, prompt, *pen)
+        if j < min_tokens:
+            z[list(held)] = -np.inf
+        out.append(int(np.argmax(z)))
+        if out[-1] in stop:
+            break
     return out
 
 
