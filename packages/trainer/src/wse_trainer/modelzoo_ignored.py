@@ -60,6 +60,11 @@ IGNORED_NOTES = {
         "the rows each epoch, by train_input.shuffle_seed), eval batches in the eval split's "
         "order: ignored"
     ),
+    "drop_last": (
+        "what runs here: an epoch's last partial batch is dropped (training batches are whole "
+        "batches of a seeded permutation, an evaluation the eval split's whole batches): "
+        "ignored"
+    ),
     "vocab": (
         "ModelZoo's data processor vocabulary, model.vocab_size here (the run tokenizes both "
         "splits with its own tokenizer of that many tokens): ignored"
@@ -166,6 +171,22 @@ def _loss_scale(where: str, value: Any) -> Ignored:
     return Ignored(None, f"{where} must be {want}, got {yaml_text(value)}")
 
 
+def _drop_last(where: str, value: Any) -> Ignored:
+    """drop_last true (ModelZoo's default for training) or null is what runs; false would keep
+    a last partial batch, which no run here makes (session 80: true was refused too)."""
+    if value is None or value is True:
+        return Ignored("drop_last", None)
+    if not isinstance(value, bool):
+        return Ignored(None, f"{where} must be true or false, got {yaml_text(value)}")
+    return Ignored(
+        None,
+        f"{where} false asks to keep an epoch's last partial batch; every batch here is whole "
+        "(the rows past an epoch's last whole batch are left out of that epoch, the next "
+        "epoch's permutation drawing its own, and out of an evaluation): give true, or "
+        "leave the key out",
+    )
+
+
 def _shuffle(where: str, value: Any) -> Ignored:
     """train_input.shuffle true and eval_input.shuffle false (or null) are what runs."""
     train = where.startswith("train_input")
@@ -269,6 +290,7 @@ _RULES: dict[tuple[str, str], Callable[[str, Any], Ignored]] = {
     **{(s, k): _loader for s in INPUTS for k in LOADER_KEYS},
     **{("optimizer", k): _loss_scale for k in LOSS_SCALE_KEYS},
     **{(s, "shuffle"): _shuffle for s in INPUTS},
+    **{(s, "drop_last"): _drop_last for s in INPUTS},
     **{(s, "vocab_size"): _vocab for s in INPUTS},
     ("optimizer", "correct_bias"): _correct_bias,
     ("optimizer", "grad_accum_steps"): _accumulation,

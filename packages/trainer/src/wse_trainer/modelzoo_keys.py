@@ -59,7 +59,6 @@ MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
 # ModelZoo's keys with no setting here: what to do instead, said in the refusal (hunt 75); a
 # section's key "" is a top-level section
 _INPUT_NOTES = {
-    "drop_last": "no equivalent: a last partial batch is always dropped",
     # hunt 79: "did you mean 'data_dir'?", and a user put a path in it
     "data_processor": (
         "ModelZoo's data processor class, e.g. GptHDF5DataProcessor over its preprocessed "
