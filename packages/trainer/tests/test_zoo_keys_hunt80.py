@@ -10,19 +10,22 @@
    -> decay_steps, ...); correct_bias: true, log_summaries, precision_opt_level and the
    initializers refused with no hint.
 7: `train_input.eval_steps` and `eval_input.shuffle_seed` accepted and read by nothing.
-12: `--mode eval_all` -> "did you mean 'eval'?".
+12: `--mode eval_all` -> "did you mean 'eval'?"; then refused, "run --mode eval once per
+    step": now it evaluates each checkpoint in step order, as those runs do.
 
 Oracles: ModelZoo's own files and code as its repository has them (params_gpt3_xl.yaml,
 params_mistral_7B.yaml, Cerebras_GPT/111m.yaml; MultiQueryAttention's key/value projection
 of num_kv_groups x head_dim; create_initializer's defaults; run_cstorch_flow's
 clip_grad_value_), transformers' LlamaForCausalLM for the parameter count, torch's
-clip_grad_value_ and AdamW for the clipped steps, NumPy statistics of the initial draw.
+clip_grad_value_ and AdamW for the clipped steps, NumPy statistics of the initial draw;
+for eval_all, one `--mode eval --checkpoint-path` run per step.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import types
 
 import jax
@@ -31,15 +34,26 @@ import numpy as np
 import pytest
 import typer
 import wse_models
+import yaml
 from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
 from wse_trainer import evaluation
 from wse_trainer.config import ConfigError, OptimizerConfig, load_config
 from wse_trainer.config_check import check_config, config_notes
 from wse_trainer.data import BatchIterator
+from wse_trainer.metrics import eval_line, read_metrics
 from wse_trainer.reference import loss_fn
 from wse_trainer.session import model_config
-from wse_trainer.testing import max_diff, stream_batches, stream_model, streamed_run
+from wse_trainer.testing import (
+    max_diff,
+    run_on_preset,
+    stream_batches,
+    stream_model,
+    streamed_run,
+    tensorboard_scalars,
+    tiny_config,
+    tiny_params,
+)
 
 ROOT = typer.main.get_command(app)
 
@@ -472,10 +486,62 @@ def test_an_eval_shuffle_seed_is_said_to_order_nothing():
 # 12: eval_all -------------------------------------------------------------------------------
 
 
-def test_mode_eval_all_says_how_to_evaluate_each_checkpoint(tmp_path):
+def _eval_all_base(tmp_path):
+    """A tiny run saving checkpoints at steps 2 and 4 (train mode: no eval on record)."""
+    where = tmp_path / "base"
+    config = tiny_config(where, "runconfig.max_steps=4", "runconfig.checkpoint_steps=2")
+    run_on_preset(config)
+    return where
+
+
+def _evals(model_dir):
+    return [m for m in read_metrics(model_dir) if m["mode"] == "eval"]
+
+
+def test_mode_eval_all_evaluates_each_checkpoint_as_mode_eval_does(tmp_path):
+    base = _eval_all_base(tmp_path)
+    assert sorted(p.name for p in (base / "model_dir" / "checkpoints").iterdir()) == ["2", "4"]
+    one, every = (shutil.copytree(base, tmp_path / n, symlinks=True) for n in ("one", "all"))
+    for step in (2, 4):  # the oracle: one --mode eval run per checkpoint, in step order
+        path = one / "model_dir" / "checkpoints" / str(step)
+        run_on_preset(tiny_config(one, "runconfig.mode=eval", f"runconfig.checkpoint_path={path}"))
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        yaml.safe_dump(tiny_params(every / "data" / "corpus.jsonl", every / "model_dir"))
+    )
+    args = ["train", params, "--mode", "eval_all", "-o", every / "model_dir"]
+    code, out = invoke(ROOT, args)
+    assert code == 0, out[-2000:]
+    oracle = _evals(one / "model_dir")
+    assert [m["step"] for m in oracle] == [2, 4]
+    assert _evals(every / "model_dir") == oracle  # the same records, in step order
+    shown = tensorboard_scalars(every / "model_dir" / "eval")
+    assert shown == tensorboard_scalars(one / "model_dir" / "eval")
+    assert [s for s, _ in shown["accuracy"]] == [2, 4]
+    lines = [eval_line(m["step"], m["loss"], m["accuracy"]) for m in oracle]
+    said = out.splitlines()
+    assert [x for x in said if x.startswith("| Eval")] == lines  # one line a step
+    assert said[-1] == f"evaluated 2 checkpoints (steps 2, 4); model_dir {every / 'model_dir'}"
+    log = (every / "model_dir" / "run.log").read_text()
+    assert all(line in log for line in lines)
+    again, _ = invoke(ROOT, args)  # a second eval_all replaces each record, never doubles it
+    assert again == 0 and _evals(every / "model_dir") == oracle
+
+
+def test_mode_eval_all_refuses_a_folder_with_no_checkpoint_in_one_line(tmp_path):
     run = tmp_path / "run"
     line = refused_in_one_line(
-        ROOT, ["train", "tiny", "--mode", "eval_all", "--validate-only", "-o", run], "eval_all"
+        ROOT, ["train", "tiny", "--mode", "eval_all", "-o", run], "no committed checkpoint"
     )
-    assert "did you mean" not in line and "mode eval evaluates one checkpoint" in line
-    assert f"--mode eval --checkpoint-path {run}/checkpoints/<step> once per step" in line
+    assert f"{str(run / 'checkpoints')!r}" in line and "did you mean" not in line
+    refused_in_one_line(
+        ROOT, ["train", "tiny", "--mode", "eval_all", "--validate-only", "-o", run],
+        "no committed checkpoint",
+    )  # fmt: skip
+    step = tmp_path / "other" / "checkpoints" / "2"  # a step folder: mode eval's to evaluate
+    step.mkdir(parents=True)
+    refused_in_one_line(
+        ROOT,
+        ["train", "tiny", "--mode", "eval_all", "-o", run, "--checkpoint-path", step],
+        "names one: use --mode eval",
+    )

@@ -113,7 +113,7 @@ class OptimizerConfig:
 class RunConfig:
     max_steps: int = 100  # total, counted from the global step
     num_steps: int | None = None  # steps of this invocation
-    mode: str = "train"  # train | eval | train_and_eval
+    mode: str = "train"  # train | eval | train_and_eval | eval_all (`run.run_eval_all`)
     model_dir: str = "model_dir"
     checkpoint_path: str | None = None
     checkpoint_steps: int | None = 50  # 0, null: no periodic save (ModelZoo's), the last still

@@ -14,7 +14,7 @@ decaying schedule's `min_learning_rate` at most its `learning_rate`, the sequenc
 against the model's, a vocabulary that holds the run's tokenizer, a decay past the warm-up),
 settings the optimizer does not read (`refuse_unused`), one of the two clippings (ModelZoo's
 rule), a `train_input.eval_steps` (read by nothing: an evaluation's batches are eval_input's),
-ModelZoo's mode `eval_all` (`modelzoo_runconfig.eval_all_line`) and empty run paths, with a
+empty run paths (mode `eval_all`'s own refusals are `modelzoo_runconfig.eval_all_problem`'s), with a
 value to use instead where there is one. `config_notes` are the lines a run says beside its
 output (an eval_frequency outside train_and_eval among them: one params file serves every
 mode, as in ModelZoo, so it is said, not refused; hunt 71; and an eval_input.shuffle_seed,
@@ -43,7 +43,6 @@ from wse_trainer.config import (
     refuse_unused,
 )
 from wse_trainer.modelzoo_keys import eval_steps_problem, keep_problem
-from wse_trainer.modelzoo_runconfig import eval_all_line
 from wse_trainer.optimizer_names import IN_UNIT, outside_unit, scheduler_list
 
 __all__ = [
@@ -186,9 +185,7 @@ def check_config(
         )
     _positive("optimizer.learning_rate", opt.learning_rate)
     _check_optimizer(opt)
-    if run.mode == "eval_all":  # hunt 80: "did you mean 'eval'?"
-        raise ConfigError(eval_all_line(run))
-    _choice("runconfig.mode", run.mode, ("train", "eval", "train_and_eval"))
+    _choice("runconfig.mode", run.mode, tuple(RUN_SECTIONS))
     _choice("optimizer.optimizer_type", opt.optimizer_type, ("adamw", "adam", "sgd", "momentum"))
     _choice("optimizer.lr_schedule", opt.lr_schedule, ("constant", "cosine", "linear"))
     for name in ("train_input", "eval_input"):
@@ -202,7 +199,8 @@ def check_config(
 # dataloader, eval only the evaluation one; the other's values are checked, never its fit to
 # the run (its batch against num_csx, its micro-batch, its sequence against the model's)
 RUN_SECTIONS = {"train": ("train_input",), "eval": ("eval_input",),
-                "train_and_eval": ("train_input", "eval_input")}  # fmt: skip
+                "train_and_eval": ("train_input", "eval_input"),
+                "eval_all": ("eval_input",)}  # fmt: skip
 
 
 def _check_input_values(name: str, inp: InputConfig) -> None:

@@ -18,8 +18,11 @@ work one way only.
   (ModelZoo's default: unset) is dropped, as the key left out (hunt 78: refused as unknown).
 
 ModelZoo's mode `eval_all` (every checkpoint of model_dir evaluated, in step order, each a
-run of its own: `sideband_eval_all`) is no mode here: `eval_all_line` says so and how to
-evaluate each step (hunt 80: "did you mean 'eval'?"), asked by `config_check`.
+run of its own: `sideband_eval_all`) is `wse_trainer.run.run_eval_all`: a `mode: eval` run of
+each committed step, `--checkpoint-path <model_dir>/checkpoints/<step>` (hunt 80: it was
+refused, "run --mode eval once per step"). `eval_all_problem(runconfig, steps)` is its line
+for a model_dir whose checkpoints/ holds no step, or a checkpoint_path (one checkpoint: mode
+eval's), else None; asked by `session.check_inputs`, so before JAX is imported.
 
 `runconfig_read(data)` is the runconfig mapping with `autoload_checkpoint` and the null epoch
 keys read, or the line why it cannot be; `autoload_problem(runconfig, steps)` the line for
@@ -36,7 +39,7 @@ from typing import Any
 
 from wse_core.errors import shown_value
 
-__all__ = ["READ_AS_RUNS", "autoload_problem", "eval_all_line", "runconfig_read"]
+__all__ = ["READ_AS_RUNS", "autoload_problem", "eval_all_problem", "runconfig_read"]
 
 AUTOLOAD = "autoload_checkpoint"
 EPOCHS = ("num_epochs", "steps_per_epoch")  # null: unset, dropped; a value: refused
@@ -72,13 +75,19 @@ def autoload_problem(runconfig: Any, steps: list[int]) -> str | None:
     )
 
 
-def eval_all_line(runconfig: Any) -> str:
-    """The line for ModelZoo's mode eval_all: mode eval here evaluates one checkpoint, recorded
-    at its step; each is one run of --checkpoint-path (module doc)."""
-    steps = os.path.join(runconfig.model_dir, "checkpoints", "<step>")
+def eval_all_problem(runconfig: Any, steps: list[int]) -> str | None:
+    """The line refusing mode eval_all where `steps` (the model_dir's committed steps) is
+    empty, or a checkpoint_path names one checkpoint; else None (module doc)."""
+    if runconfig.checkpoint_path:
+        return (
+            "runconfig.mode eval_all evaluates every checkpoint in model_dir; "
+            f"--checkpoint-path {runconfig.checkpoint_path} names one: use --mode eval for it, "
+            "or leave --checkpoint-path out"
+        )
+    if steps:
+        return None
+    folder = os.path.join(runconfig.model_dir, "checkpoints")
     return (
-        "runconfig.mode eval_all (ModelZoo's: evaluate every checkpoint in model_dir) is not "
-        "a mode here: mode eval evaluates one checkpoint (--checkpoint-path, else model_dir's "
-        "newest) and records it at its step; to evaluate each, run --mode eval "
-        f"--checkpoint-path {steps} once per step, in step order"
+        f"runconfig.mode eval_all: no committed checkpoint in {folder!r} to evaluate; give the "
+        "model_dir (-o) of a run that saved checkpoints"
     )

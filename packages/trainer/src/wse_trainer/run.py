@@ -32,6 +32,13 @@ returns a `RunResult`:
    (as TF's Estimator, "Skipping training since max_steps has already saved"); it exports
    that step, which is how a stopped run's newest checkpoint is exported.
 
+`run_eval_all(config, spec, each=...)` is ModelZoo's mode eval_all: every committed step of
+the model_dir, in step order, evaluated by `run` as `mode: eval` with `--checkpoint-path
+<model_dir>/checkpoints/<step>` (`as_eval`), each recorded at its step as that run records it
+(hunt 80: it was refused); `each` is called with each step's `RunResult` as it ends. A
+model_dir with no committed step, or a checkpoint_path, is a ConfigError (`check_inputs`);
+`run` itself refuses mode eval_all, whose result is a list.
+
 The run's notes (the config's, `config_check.config_notes`, then the session's and the
 checkpoints': a kept decay, another corpus, steps moved aside) open its log, and are
 `RunResult.notes` for a Python caller (hunt 80: the config's were the CLI's alone).
@@ -93,7 +100,7 @@ from wse_trainer.session import (
 )
 
 __all__ = ["RunResult", "TrainingDivergedError", "model_config", "validate", "predict",
-           "stream_rows", "run"]  # fmt: skip
+           "stream_rows", "run", "run_eval_all", "as_eval"]  # fmt: skip
 
 
 class TrainingDivergedError(RunFault):
@@ -275,8 +282,41 @@ def run(
         return _run(config, spec, echo)
 
 
+def as_eval(config: TrainConfig, step: int | None = None) -> TrainConfig:
+    """`config` as mode eval: of checkpoint `step` of its model_dir (`--checkpoint-path
+    <model_dir>/checkpoints/<step>`), or as it names (None): what mode eval_all runs once a
+    step, and what `--validate-only` of it plans and prices."""
+    run_cfg = dataclasses.replace(config.runconfig, mode="eval")
+    if step is not None:
+        path = Path(run_cfg.model_dir) / "checkpoints" / str(step)
+        run_cfg = dataclasses.replace(run_cfg, checkpoint_path=str(path))
+    return dataclasses.replace(config, runconfig=run_cfg)
+
+
+def run_eval_all(
+    config: TrainConfig, spec: WaferSpec, *, each: Callable[[RunResult], None] | None = None
+) -> list[RunResult]:
+    """Mode eval_all (ModelZoo's): `run` of `as_eval(config, step)` for each committed step of
+    the model_dir, in step order, each recorded at its step; `each(result)` as each ends."""
+    from wse_trainer.checkpoints import committed_steps
+    from wse_trainer.session import check_inputs
+
+    check_inputs(config)  # no committed step, or a checkpoint_path: a ConfigError
+    steps = committed_steps(Path(config.runconfig.model_dir) / "checkpoints")
+    results = []
+    for step in steps:
+        results.append(run(as_eval(config, step), spec))
+        if each is not None:
+            each(results[-1])
+    return results
+
+
 def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | None) -> RunResult:
+    from wse_trainer.config import ConfigError
     from wse_trainer.metrics import NullLog, RunFolderGone
+
+    if config.runconfig.mode == "eval_all":  # a list of runs, one a step
+        raise ConfigError("runconfig.mode eval_all evaluates each checkpoint: call run_eval_all")
 
     # hunt 62: a checkpoint refused on restore (another tokenizer, a truncated file, an
     # unsealed step) left the new run folder and its tokenizer.json behind

@@ -208,7 +208,7 @@ def check_inputs(config: TrainConfig) -> None:
     (`fitting_tokenizer`); cheap (no JAX, no orbax): the CLI asks before importing them,
     `Session` again."""
     from wse_trainer.data_files import check_data_dir
-    from wse_trainer.modelzoo_runconfig import autoload_problem
+    from wse_trainer.modelzoo_runconfig import autoload_problem, eval_all_problem
     from wse_trainer.run_folder import check_model_dir, checkpoint_steps
 
     model = model_config(config)
@@ -222,7 +222,10 @@ def check_inputs(config: TrainConfig) -> None:
         )
     check_model_dir(Path(run_cfg.model_dir))  # a folder of someone's files is no run folder
     steps = [int(p.name) for p in checkpoint_steps(Path(run_cfg.model_dir) / "checkpoints")]
-    if why := autoload_problem(run_cfg, steps):  # hunt 79: refused at read, even in a new dir
+    if run_cfg.mode == "eval_all":  # every step: none there, or one named, refused
+        if why := eval_all_problem(run_cfg, steps):
+            raise ConfigError(why)
+    elif why := autoload_problem(run_cfg, steps):  # hunt 79: refused at read, even in a new dir
         raise ConfigError(why)
     if (tokenizer := Path(run_cfg.model_dir) / "tokenizer.json").is_file():
         fitting_tokenizer(tokenizer, model.vocab_size)  # hunts 64, 67: after 18 s, 30 s of work

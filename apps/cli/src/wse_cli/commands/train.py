@@ -1,6 +1,6 @@
 """`wse train`: weight-streaming training with Cerebras ModelZoo conventions.
 
-    wse train params.yaml [section.key=value ...] --mode train|eval|train_and_eval
+    wse train params.yaml [section.key=value ...] --mode train|eval|train_and_eval|eval_all
         [--model-dir/-o DIR] [--num-csx N] [--max-steps N] [--num-steps N]
         [--checkpoint-path PATH] [--validate-only]
         [--num-processes N --process-id I --coordinator HOST:PORT]
@@ -17,6 +17,11 @@ tokens/s on num_csx systems, and each streamed unit's no-stall condition, withou
 allocating anything; it prices what the run will for its mode (hunt 71): the step where it
 trains, the run's own eval-pass line where it evaluates. Heavy packages are imported inside
 the command.
+
+`--mode eval_all` (ModelZoo's) evaluates every committed checkpoint of the model_dir in step
+order, each as `--mode eval --checkpoint-path <model_dir>/checkpoints/<step>` does and recorded
+at its step (metrics.jsonl, TensorBoard's eval/, run.log), one line a step on the terminal; a
+model_dir with no checkpoint, or a --checkpoint-path, is refused (exit 2).
 
 Multi-process: `--num-processes/--process-id/--coordinator` (or the WSE_* variables that
 `wse launch` sets, or SLURM's environment) join one run; the `num_csx` replicas are split
@@ -163,7 +168,12 @@ def train(
         None, help="params.yaml (or a shipped config name), then section.key=value overrides."
     ),
     params: Path = typer.Option(None, "--params", help="The params YAML file."),
-    mode: str = typer.Option(None, "--mode", help="train | eval | train_and_eval."),
+    mode: str = typer.Option(
+        None,
+        "--mode",
+        help="train | eval | train_and_eval | eval_all (each checkpoint of the model_dir, in "
+        "step order, evaluated as --mode eval and recorded at its step).",
+    ),
     model_dir: Path = output_dir(None, "--model-dir", "-o", help="Run folder."),
     num_csx: int = number(  # the limit runconfig.num_csx meets (hunt 67: the help showed none)
         None, "--num-csx", help="Data-parallel wafer replicas.", kind=int, ge=1, limit="systems"
@@ -197,7 +207,12 @@ def train(
 
     The run folder's hf/ (what `wse infer --model-dir` loads) is exported at the end of a
     run; to export a stopped run's newest checkpoint N, rerun its command with
-    runconfig.max_steps=N (or --max-steps N): nothing is trained, step N is exported."""
+    runconfig.max_steps=N (or --max-steps N): nothing is trained, step N is exported.
+
+    --mode eval_all (ModelZoo's) evaluates every committed checkpoint of the model_dir in step
+    order, each as --mode eval --checkpoint-path <model_dir>/checkpoints/<step> does: recorded
+    at its step in metrics.jsonl, TensorBoard's eval/ and run.log (an eval of that step on
+    record replaced), one line a step here. A model_dir with no checkpoint is refused."""
     multiprocess.join(num_processes, process_id, coordinator)
     from rich.console import Console
     from wse_trainer.config import SHIPPED, load_config
@@ -228,13 +243,17 @@ def train(
     console = Console(quiet=not multiprocess.is_primary())
     if trace is not None and not validate_only:
         fail("--trace writes the predicted step's per-PE trace: use it with --validate-only")
-    if trace is not None and config.runconfig.mode == "eval":
+    if trace is not None and config.runconfig.mode in ("eval", "eval_all"):
         fail("--trace writes the predicted training step's per-PE trace; --mode eval trains no "
              "step: use --mode train or train_and_eval")  # fmt: skip
     if validate_only:
         from wse_trainer.session import check_inputs, predict, validate
 
         check_inputs(config)  # what the run refuses up front, validation refuses (hunt 65)
+        if config.runconfig.mode == "eval_all":  # each step's run is an eval: planned as one
+            from wse_trainer.run import as_eval
+
+            config = as_eval(config)
 
         model, plan = validate(config, spec)
         _print_plan(console, model, plan, config, spec)
@@ -356,6 +375,9 @@ def _train(console, config, spec) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
     try:
+        if config.runconfig.mode == "eval_all":
+            _eval_all(config, spec, echo)
+            return
         result = run(config, spec, echo=echo)
     except KeyboardInterrupt:
         if multiprocess.is_primary():
@@ -377,6 +399,27 @@ def _train(console, config, spec) -> None:
     for text in result.samples:
         console.rule("sample")
         console.print(text, highlight=False, markup=False)
+
+
+def _eval_all(config, spec, echo) -> None:
+    """Mode eval_all: each step's run (`run_eval_all`) says its eval line, its notes once
+    (its whole log is run.log's), then where the records are."""
+    from wse_trainer.metrics import eval_line
+    from wse_trainer.run import run_eval_all
+
+    said: set[str] = set()
+
+    def each(result) -> None:
+        for line in result.notes:
+            if line not in said:
+                said.add(line)
+                echo(line)
+        echo(eval_line(result.global_step, result.eval_loss, result.eval_accuracy))
+
+    results = run_eval_all(config, spec, each=each)
+    steps = ", ".join(str(r.global_step) for r in results)
+    n, folder = len(results), config.runconfig.model_dir
+    echo(f"evaluated {n} checkpoint{'s' * (n != 1)} (steps {steps}); model_dir {folder}")
 
 
 def _interrupted_line(model_dir: Path) -> str:
