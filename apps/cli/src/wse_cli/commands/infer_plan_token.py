@@ -83,7 +83,7 @@ def request_figure(
 
     work = Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens)
     token = price_pipeline(config, plan, kv_tokens=work.kv_tokens)
-    prompt = price_pipeline(config, plan, kv_tokens=max(1, prompt_tokens // 2))  # wafer's read
+    prompt = price_pipeline(config, plan, kv_tokens=work.prompt_kv_tokens)  # the wafer's read
     pipes = Pipes(token, None, prompt, None, token.token_s, token.occupancy_s(1))
     req = request_work(work, chunk, pipes)
     full, last = divmod(prompt_tokens, req.block)

@@ -102,6 +102,12 @@ class Workload:
         """Cached tokens a decode step reads: the prompt and half the output (the mean)."""
         return self.prompt_tokens + self.output_tokens // 2
 
+    @property
+    def prompt_kv_tokens(self) -> int:
+        """Cached tokens the prompt's pass is priced at on the wafer: half the prompt (the
+        mean a prompt token reads), at least one."""
+        return max(1, self.prompt_tokens // 2)
+
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "held_tokens": self.held_tokens,
                 "kv_tokens": self.kv_tokens}  # fmt: skip

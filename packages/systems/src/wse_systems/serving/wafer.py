@@ -260,7 +260,7 @@ class WaferServing:
     def _pipes(self, plans: tuple[PipelinePlan, PipelinePlan | None],
                prompt: bool) -> tuple[Pipeline, Pipeline | None]:  # fmt: skip
         w = self.workload
-        kv = max(1, w.prompt_tokens // 2) if prompt else w.kv_tokens
+        kv = w.prompt_kv_tokens if prompt else w.kv_tokens
         target_plan, draft_plan = plans
         target = self._price(self.config, target_plan, kv)
         if draft_plan is None or self.speculation is None:
@@ -361,7 +361,7 @@ class WaferServing:
         period alone, a toy 16% less at 4 users), equal periods by the policy's next key, the
         sooner first token (session 80: two heads' equal periods, the slower head's users
         sent further apart, `RequestWork.release_s`)."""
-        w, spec, half = self.workload, self.speculation, max(1, self.workload.prompt_tokens // 2)
+        w, spec, half = self.workload, self.speculation, self.workload.prompt_kv_tokens
         assert spec is not None
 
         def period(target_plan: PipelinePlan, draft_plan: PipelinePlan) -> tuple[float, float]:
