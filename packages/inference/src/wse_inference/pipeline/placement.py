@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wse_inference.pipeline.schedule import PipeState, stage_layout
-from wse_inference.sampling import Penalties, SlotSampling
+from wse_inference.sampling import SlotSampling, neutral_penalties
 
 __all__ = ["StageWeights", "place_weights", "empty_state"]
 
@@ -71,14 +71,10 @@ def empty_state(config: Any, wafer: Any, stages: int, max_context: int, per: int
             temperature=jnp.ones((s,), jnp.float32),
             top_k=zeros_i(),
             top_p=jnp.ones((s,), jnp.float32),
-            penalties=Penalties(
-                jnp.zeros((s, c.vocab_size), jnp.int32),
-                jnp.zeros((s, c.vocab_size), bool),
-                jnp.zeros((s,), jnp.float32),
-                jnp.zeros((s,), jnp.float32),
-                jnp.ones((s,), jnp.float32),
-                zeros_i(),  # min_tokens
-                jnp.zeros((s, c.vocab_size), bool),  # the ids it holds back
+            # every slot neutral (no penalty, no min_tokens), as `sampling` defines it
+            penalties=jax.tree.map(
+                lambda x: jnp.broadcast_to(jnp.asarray(x), (s, *np.shape(x))),
+                neutral_penalties(c.vocab_size),
             ),
             logprobs=jnp.zeros((s,), bool),
         ),
