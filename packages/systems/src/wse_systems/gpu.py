@@ -120,6 +120,7 @@ from wse_systems.gpu_layout import (
     embedding_allreduce_s,
     end_stage_params,
     layouts,
+    link,
     min_train_gpus,
     no_layout_error,
     ring_allreduce_s,
@@ -389,8 +390,7 @@ def _exposed_ring_s(model, gpu, layout, micro_hop: tuple, busy: tuple) -> tuple[
     tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
     (micro, hop), (last, other) = micro_hop, busy
     in_node = dp_ring_in_node(tp, dp, pp, node)
-    bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
-    lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
+    bw, lat = link(gpu, in_node)
     first_p, last_p = end_stage_params(model, pp)
     rings = [ring_allreduce_s(GRAD_BYTES * p / tp, dp, bw, lat) for p in (first_p, last_p)]
     back = GRAD_OVERLAP_SHARE * other / micro + hop  # a non-last stage's last backward

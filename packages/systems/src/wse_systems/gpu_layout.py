@@ -120,8 +120,8 @@ __all__ = ["BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY", "WEIGHT_BYTES", "ACT_WORKIN
            "min_train_gpus", "train_counts", "no_layout_error", "dp_ring_in_node",
            "stage_hop_s", "stage_params", "SENDS_PER_MICRO", "StageBytes", "stage_bytes",
            "TOKEN_ID_BYTES", "LOGIT_BYTES", "embedding_pair_in_node", "ring_allreduce_s",
-           "embedding_allreduce_s", "GRAD_BYTES", "FP32_BYTES", "TRAIN_CONFIG", "TRAIN_FLAGS",
-           "end_stage_params"]  # fmt: skip
+           "embedding_allreduce_s", "link", "GRAD_BYTES", "FP32_BYTES", "TRAIN_CONFIG",
+           "TRAIN_FLAGS", "end_stage_params"]  # fmt: skip
 
 FP32_BYTES = 4  # an fp32 word (IEEE 754 binary32): the master weight's, Adam m's and v's
 WEIGHT_BYTES = 2  # bf16 weights, activations and their gradients
@@ -458,9 +458,15 @@ def embedding_allreduce_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout
         return 0.0
     nbytes = GRAD_BYTES * model.vocab_size * model.d_model / layout.tp
     in_node = embedding_pair_in_node(layout.tp, layout.dp, layout.pp, gpu.gpus_per_node)
-    bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
-    lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
+    bw, lat = link(gpu, in_node)
     return ring_allreduce_s(nbytes, 2, bw, lat)
+
+
+def link(gpu: GpuSpec, in_node: bool) -> tuple[float, float]:
+    """(bytes/s, latency s) of a GPU's own link: NVLink inside a node, else InfiniBand."""
+    if in_node:
+        return gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s
+    return gpu.ib_bytes_per_s, gpu.ib_latency_s
 
 
 def stage_hop_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, seq_len: int) -> float:
@@ -471,7 +477,6 @@ def stage_hop_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, seq_len:
     if layout.pp == 1:
         return 0.0
     in_node = layout.dp * layout.tp * layout.pp <= gpu.gpus_per_node
-    bw = gpu.nvlink_bytes_per_s if in_node else gpu.ib_bytes_per_s
-    lat = gpu.nvlink_latency_s if in_node else gpu.ib_latency_s
+    bw, lat = link(gpu, in_node)
     act = WEIGHT_BYTES * layout.micro_batch * seq_len * model.d_model
     return act / layout.tp / bw + lat
