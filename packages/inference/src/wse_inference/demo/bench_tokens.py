@@ -69,37 +69,44 @@ def tokenize_count(client: httpx.AsyncClient, model: str, timeout_s: float) -> C
     async def count(text: str) -> int | None:
         if len(text) > MAX_TEXT_CHARS:
             return None
+        asked = {"model": model, "prompt": text}
         try:
-            async with (
-                asyncio.timeout(timeout_s),
-                client.stream("POST", "/tokenize", json={"model": model, "prompt": text}) as r,
-            ):
-                body = await read_head(r.aiter_bytes(), MAX_TOKENIZE_BYTES)
-        except TimeoutError:
-            raise DatasetError(f"POST /tokenize did not answer within {timeout_s:g} s",
-                               fault=True) from None  # fmt: skip
+            status, body = await _post(client, "/tokenize", asked, MAX_TOKENIZE_BYTES, timeout_s)
         except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
             # the request closed unanswered (the body past a cap): the text's refusal; a
             # server that went away fails the next text's connection ("cannot reach")
             return None
-        if _model_refused(r.status_code, body[:MAX_ERROR_BYTES]):
+        if _model_refused(status, body[:MAX_ERROR_BYTES]):
             raise DatasetError(
-                f"POST /tokenize answered {r.status_code} {phrase(r.status_code)} "
+                f"POST /tokenize answered {status} {phrase(status)} "
                 f"({reason(body[:MAX_ERROR_BYTES])}); give --model as the server's GET "
                 "/v1/models lists it, or leave --model out (its first model)"
             )
-        if r.status_code in (400, 413):
+        if status in (400, 413):
             return None
-        if r.status_code != 200:
+        if status != 200:
             said = reason(body[:MAX_ERROR_BYTES])
             why = (
-                f"POST /tokenize answered {r.status_code} {phrase(r.status_code)} ({said}); "
+                f"POST /tokenize answered {status} {phrase(status)} ({said}); "
                 "--dataset-name sharegpt counts tokens with the server's /tokenize (vLLM's)"
             )
-            raise DatasetError(why, fault=r.status_code >= 500)
+            raise DatasetError(why, fault=status >= 500)
         return None if len(body) > MAX_TOKENIZE_BYTES else _count_of(body)
 
     return count
+
+
+async def _post(
+    client: httpx.AsyncClient, path: str, body: dict, cap: int, timeout_s: float
+) -> tuple[int, bytes]:
+    """(status, the reply's first `cap` + 1 bytes at most) of POST `path` with JSON `body`,
+    read within `timeout_s` (DatasetError past it, the server's fault)."""
+    try:
+        async with asyncio.timeout(timeout_s), client.stream("POST", path, json=body) as r:
+            return r.status_code, await read_head(r.aiter_bytes(), cap)
+    except TimeoutError:
+        raise DatasetError(f"POST {path} did not answer within {timeout_s:g} s",
+                           fault=True) from None  # fmt: skip
 
 
 def _model_refused(status: int, body: bytes) -> bool:
@@ -145,19 +152,14 @@ def text_codec(client: httpx.AsyncClient, model: str, timeout_s: float) -> tuple
 
     async def ask(path: str, body: dict, tokens: int) -> Any:
         cap = REPLY_BYTES_PER_TOKEN * tokens + REPLY_SLACK_BYTES
-        try:
-            async with asyncio.timeout(timeout_s), client.stream("POST", path, json=body) as r:
-                reply = await read_head(r.aiter_bytes(), cap)
-        except TimeoutError:
-            raise DatasetError(f"POST {path} did not answer within {timeout_s:g} s",
-                               fault=True) from None  # fmt: skip
-        if r.status_code != 200:
+        status, reply = await _post(client, path, body, cap, timeout_s)
+        if status != 200:
             said = reason(reply[:MAX_ERROR_BYTES])
             raise DatasetError(
-                f"POST {path} answered {r.status_code} {phrase(r.status_code)} ({said}); "
+                f"POST {path} answered {status} {phrase(status)} ({said}); "
                 "--dataset-name random with --backend openai-chat sends text, made with the "
                 "server's /detokenize and /tokenize (vLLM's)",
-                fault=r.status_code >= 500,
+                fault=status >= 500,
             )
         if len(reply) > cap:
             raise DatasetError(f"POST {path} answered more than {cap:,} bytes for {tokens:,} "
