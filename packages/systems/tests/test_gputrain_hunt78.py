@@ -188,7 +188,11 @@ def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
     pace, m (t_last + 2 hops) + (pp - 1) (t_other + 2 hops), where every stage was paced as
     the last; each end stage's fp32 gradient ring hides under its last micro-batch's
     backward (3 of full recompute's 4 passes) and, the last stage's, the other stages' last
-    backwards after it, where 2/3 of all micro-batches' busy time hid the largest ring."""
+    backwards after it, where 2/3 of all micro-batches' busy time hid the largest ring;
+    review 81: but not its last bucket (Megatron Core's buckets of max(40e6, 1e6 dp)
+    parameters, filled from the last parameter back: the first stage's word embeddings, or
+    the whole stage where the rest fill no bucket; at pp > 1 the last stage is one bucket),
+    which starts when that backward ends and runs under what follows it alone."""
     d, q, kv = m.d_model, m.n_heads * m.hd, m.n_kv_heads * m.hd
     mlp = (2 if m.arch == "gpt2" else 3) * d * m.d_ff
     layer = 6 * (2 * d * q + 2 * d * kv + mlp) + 12 * q * seq
@@ -203,9 +207,16 @@ def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
     bw, lat = (NVLINK, NV_LAT) if _dp_ring_on_nvlink(tp, dp, pp) else (IB, IB_LAT)
     rings = [0.0 if dp == 1 else 2 * (dp - 1) / dp * 4 * p / tp / bw + 2 * (dp - 1) * lat
              for p in _end_stages(m, pp)]  # fmt: skip
+    first, last = (p / tp for p in _end_stages(m, pp))
+    word, size = m.vocab_size * d / tp, max(40_000_000, 1_000_000 * dp)
+    head = first if first - word < size else word
+    buckets = [0.0 if dp == 1 else 2 * (dp - 1) / dp * 4 * p / bw + 2 * (dp - 1) * lat
+               for p in (head, last if pp > 1 else head)]  # fmt: skip
     back = 3 / 4 * t_other + hop  # a stage's last backward (recompute + backward) and send
-    windows = (back, 3 / 4 * t_last + hop + (pp - 1) * back)
-    exposed = max(0.0, rings[0] - windows[0], rings[1] - windows[1])
+    tails = (hop, hop + (pp - 1) * back)  # what follows each end stage's last backward
+    windows = (back, 3 / 4 * t_last + tails[1])
+    exposed = max(0.0, rings[0] - windows[0], rings[1] - windows[1],
+                  buckets[0] - tails[0], buckets[1] - tails[1])  # fmt: skip
     tied = 0.0  # hunt 79: the tied table's gradient summed by each first/last stage pair
     if m.tie_embeddings and pp > 1:
         pairs = [(r, r + tp * dp * (pp - 1)) for r in range(tp * dp)]

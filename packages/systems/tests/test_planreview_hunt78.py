@@ -156,5 +156,14 @@ def test_the_ring_priced_is_the_largest_stages(m, gpus):
     back = 3 / 4 * other_s / micro + hop
     rings = [_ring_by_hand(m.n_layers // pp * layer + end, tp, dp, pp) for end in ENDS[m.name]]
     windows = (back, 3 / 4 * busy / micro + hop + (pp - 1) * back)
-    exposed = max(r - w for r, w in zip(rings, windows, strict=True))
+    # review 81: Megatron Core's last gradient bucket starts when its stage's backward ends:
+    # the first stage's word embeddings, or the whole stage where its other parameters fill
+    # no bucket of max(40M, 1M dp) a GPU (GPT-2's 3 layers and positions over tp 4: 5.5M),
+    # and the whole last stage (one bucket past the first stage), under what follows alone
+    first = m.n_layers // pp * layer + ENDS[m.name][0]
+    whole = (first - m.vocab_size * d) / tp < max(40_000_000, 1_000_000 * dp)
+    tails = (hop, hop + (pp - 1) * back)
+    buckets = (rings[0] if whole else _ring_by_hand(m.vocab_size * d, tp, dp, pp), rings[1])
+    exposed = max(*(r - w for r, w in zip(rings, windows, strict=True)),
+                  *(b - t for b, t in zip(buckets, tails, strict=True)))  # fmt: skip
     assert s.exposed_allreduce_s == pytest.approx(exposed, rel=1e-12)

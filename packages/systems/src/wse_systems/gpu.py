@@ -66,7 +66,14 @@ backward (`GRAD_OVERLAP_SHARE`, 3/4 of a micro-batch under full recompute; Megat
 every earlier one under no_sync) to the step's end: the first stage's backward is 1F1B's
 last, the last stage's is followed by the other stages' (the cool-down); only the excess
 of either end stage's ring is exposed (hunt 80: 2/3 of all m micro-batches' busy time hid
-the largest ring, so the search kept b = 1 where a larger micro-batch's window hides it).
+the largest ring, so the search kept b = 1 where a larger micro-batch's window hides it),
+and at least its last gradient bucket's ring less what follows that backward: Megatron
+Core all-reduces gradients in buckets of max(40M, 1M x dp) parameters filled in reverse
+order, each once all its gradients are ready, so the bucket that holds the word embeddings
+starts after the first stage's backward, and a later stage, one bucket, starts after its
+own (`gpu_layout.last_bucket_params`, `GRAD_BUCKET_MIN_PARAMS`; review 81: GPT-2 124M on
+16 H100s hid its whole 18.8 ms ring, 31.76 ms a step, where its 5.9 ms word-embedding
+bucket follows the backward: 37.70 ms).
 Tied embeddings at pp > 1 add the embedding group's all-reduce of the word embeddings'
 gradient between the first and the last stage, after the backward
 (`gpu_layout.embedding_allreduce_s`; hunt 79: unpriced).
@@ -107,6 +114,8 @@ from wse_systems.gpu_kernels import KERNEL, KERNEL_KEY, KERNELS_PER_LAYER, KERNE
 from wse_systems.gpu_layout import (
     BYTES_PER_PARAM_TRAIN,
     FP32_BYTES,
+    GRAD_BUCKET_MIN_PARAMS,
+    GRAD_BUCKET_PARAMS_PER_RANK,
     GRAD_BYTES,
     SENDS_PER_MICRO,
     TRAIN_CONFIG,
@@ -119,6 +128,7 @@ from wse_systems.gpu_layout import (
     dp_ring_in_node,
     embedding_allreduce_s,
     end_stage_params,
+    last_bucket_params,
     layouts,
     link,
     min_train_gpus,
@@ -138,7 +148,8 @@ __all__ = ["GPUS", "WEIGHT_BYTES", "A100", "H100", "BYTES_PER_PARAM_TRAIN", "USA
            "GpuSpec", "GpuMemoryError", "GpuLayoutError", "ModelShape", "TrainLayout",
            "TrainStep", "TrainFloor", "gpu_spec", "ring_allreduce_s", "train_flops_per_token",
            "stage_flops_per_token", "layers_flops_per_token", "embedding_allreduce_s",
-           "GRAD_OVERLAP_SHARE", "TRAIN_FLAGS",
+           "GRAD_OVERLAP_SHARE", "TRAIN_FLAGS", "GRAD_BUCKET_MIN_PARAMS",
+           "GRAD_BUCKET_PARAMS_PER_RANK",
            "train_step", "train_floor", "TRAIN_PASSES", "AROUND_PASSES",
            "OPTIMIZER_KERNELS_PER_LAYER", "TP_ALLREDUCES_PER_LAYER", "min_train_gpus"]  # fmt: skip
 
@@ -177,7 +188,9 @@ TP_ALLREDUCES_PER_LAYER = 6  # a micro-batch, tp > 1: Megatron's 2 fwd + 2 bwd +
 # _without_interleaving: "Disable async grad reductions", enable_grad_sync() before the last
 # backward), so --overlap-grad-reduce (`TRAIN_CONFIG`) runs the data-parallel ring's
 # buckets under this share of the LAST micro-batch only (hunt 80: 2/3, a bare literal, of
-# all m micro-batches' busy time hid it)
+# all m micro-batches' busy time hid it), all but the last bucket, which starts once the
+# backward has ended (`gpu_layout.last_bucket_params`, `GRAD_BUCKET_MIN_PARAMS`: Megatron
+# Core's max(40M, 1M x dp) parameters a bucket; review 81)
 GRAD_OVERLAP_SHARE = (TRAIN_PASSES - 1) / TRAIN_PASSES
 
 
@@ -305,12 +318,15 @@ class TrainStep:
     step_s: float
     compute_s: float  # at mfu, no bubble
     bubble_s: float
-    allreduce_s: float  # whole ring time; only the part beyond the backward is exposed
+    allreduce_s: float  # whole ring time; the part beyond its window is exposed (>= 1 bucket)
     exposed_allreduce_s: float
     layout: TrainLayout
     floor: TrainFloor  # the kernels' and tp all-reduces' floor (`train_floor`)
     stage_sends_s: float = 0.0  # pp > 1: a rank's sends between stages, no bubble (hunt 77)
     embedding_allreduce_s: float = 0.0  # tied, pp > 1: first + last stage's sum (hunt 79)
+    # the first stage's last gradient bucket's ring, which starts after its backward: at pp
+    # 1 at least this is exposed whatever the micro-batch (`_exposed_ring_s`; review 81)
+    last_bucket_allreduce_s: float = 0.0
 
     @property
     def bound(self) -> str:  # what sets the busy time
@@ -346,7 +362,8 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     micro-batches each (b its micro-batch size; `layouts` keeps dp b | batch), the last
     stage (layers + head) the slowest, its m micro-batches and their sends the busy part,
     the fill and drain at each other stage's own pace (`_bubble_s`); the data-parallel
-    gradient rings' excess over what follows each end stage's last backward
+    gradient rings' excess over what follows each end stage's last backward, at least its
+    last bucket's, which starts when that backward ends
     (`_exposed_ring_s`: the first's layers + embedding, the last's layers + head, `GRAD_BYTES`
     fp32 main gradients over tp, on NVLink where Megatron's rank order (tp innermost, then
     dp, then pp) keeps each dp group in a node, else InfiniBand); and, tied embeddings at pp
@@ -361,10 +378,11 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     other = max(tokens * layers_flops_per_token(model, seq_len, pp) / speed, floor.floor_s)
     other = other if pp > 1 else busy  # a stage without the head (at pp 1, the one stage)
     bubble = _bubble_s(pp, micro, other, sends)
-    ring, exposed = _exposed_ring_s(model, gpu, layout, (micro, hop), (busy, other))
+    ring, exposed, bucket = _exposed_ring_s(model, gpu, layout, (micro, hop), (busy, other))
     tied = embedding_allreduce_s(model, gpu, layout)
     step_s = busy + sends + bubble + exposed + tied
-    return TrainStep(step_s, compute, bubble, ring, exposed, layout, floor, sends, tied)
+    return TrainStep(step_s, compute, bubble, ring, exposed, layout, floor, sends, tied,
+                     last_bucket_allreduce_s=bucket)  # fmt: skip
 
 
 def _bubble_s(pp: int, micro: int, other_s: float, sends_s: float) -> float:
@@ -374,29 +392,42 @@ def _bubble_s(pp: int, micro: int, other_s: float, sends_s: float) -> float:
     with its sends, where the last stage (its head) is the slowest: the other pp - 1 stages'
     one micro-batch each, `other_s` / m of compute (m micro-batches' `other_s`) + its two
     hops (`sends_s` / m). Hunt 80: (pp - 1) t_max was priced, the fill and drain at the last
-    stage's pace (Llama 3 8B on pp 16 at m 1: 16 x 6.57 layers' time for 15 x 3.42 + 6.57)."""
+    stage's pace (Llama 3 8B on pp 16 at m 1: 16 x 6.57 GFLOP a token, a stage's 2 layers
+    and the head, for 15 x 3.42 (2 layers) + 6.57; review 81: "layers' time" was written)."""
     return (other_s + sends_s) * (pp - 1) / micro
 
 
-def _exposed_ring_s(model, gpu, layout, micro_hop: tuple, busy: tuple) -> tuple[float, float]:
+def _exposed_ring_s(model, gpu, layout, micro_hop: tuple, busy: tuple) -> tuple[float, ...]:
     """(the largest stage's data-parallel gradient ring, the part of the rings that no
-    computation hides), `micro_hop` (m, one hop between stages), `busy` (the last stage's m
-    micro-batches, another stage's). Each end stage's ring (`end_stage_params` / tp fp32
-    main gradients) runs under --overlap-grad-reduce from its last micro-batch's backward
-    (`GRAD_OVERLAP_SHARE` of its one micro-batch, then its send) to the step's end: the first
-    stage's backward is 1F1B's last, the last stage's is followed by the other pp - 1
-    stages' last backwards and hops (the cool-down); a middle stage's ring is no larger than
-    the end stages' and is followed by more. At pp 1, GRAD_OVERLAP_SHARE x busy / m."""
+    computation hides, the first stage's last bucket's ring), `micro_hop` (m, one hop between
+    stages), `busy` (the last stage's m micro-batches, another stage's). Each end stage's
+    ring (`end_stage_params` / tp fp32 main gradients) runs under --overlap-grad-reduce in
+    Megatron Core's buckets from its last micro-batch's backward (`GRAD_OVERLAP_SHARE` of its
+    one micro-batch, then its send) to the step's end, the window: the first stage's
+    backward is 1F1B's last, the last stage's is followed by the other pp - 1 stages' last
+    backwards and hops (the cool-down), the tail. Its last bucket (`last_bucket_params`: the
+    first stage's word embeddings; the whole last stage at pp > 1, one bucket) starts only
+    when that backward has ended, after the buckets before it: with those started at the
+    window's start (a floor), a stage's rings end max(ring - window, last bucket - tail)
+    past the step's end (review 81: ring - window alone was priced, so GPT-2 124M's 18.8 ms
+    ring hid whole under 23.8 ms of backward where its 5.9 ms word-embedding bucket cannot
+    start before the backward ends). A middle stage's ring, one bucket, is no larger than
+    the first's and its tail is at least the first stage's window. At pp 1 the window is
+    GRAD_OVERLAP_SHARE x busy / m and the tail 0."""
     tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
     (micro, hop), (last, other) = micro_hop, busy
     in_node = dp_ring_in_node(tp, dp, pp, node)
     bw, lat = link(gpu, in_node)
     first_p, last_p = end_stage_params(model, pp)
     rings = [ring_allreduce_s(GRAD_BYTES * p / tp, dp, bw, lat) for p in (first_p, last_p)]
+    buckets = [ring_allreduce_s(GRAD_BYTES * p, dp, bw, lat)
+               for p in last_bucket_params(model, tp, dp, pp)]  # fmt: skip
     back = GRAD_OVERLAP_SHARE * other / micro + hop  # a non-last stage's last backward
-    windows = (back, GRAD_OVERLAP_SHARE * last / micro + hop + (pp - 1) * back)
-    exposed = max(0.0, *(r - w for r, w in zip(rings, windows, strict=True)))
-    return max(rings), exposed
+    tails = (hop, hop + (pp - 1) * back)  # after each end stage's last backward (0 at pp 1)
+    windows = (back, GRAD_OVERLAP_SHARE * last / micro + tails[1])
+    exposed = max(0.0, *(r - w for r, w in zip(rings, windows, strict=True)),
+                  *(b - t for b, t in zip(buckets, tails, strict=True)))  # fmt: skip
+    return max(rings), exposed, buckets[0]
 
 
 def train_step(
@@ -452,9 +483,12 @@ def _fastest(model, gpu, runs: list[TrainLayout], job: tuple[int, int], at: tupl
     the kernel floor no longer binds and a bound on them is no faster than the best: the
     floor only falls as b grows (fewer micro-batches of the same work), so past it the busy
     time is the compute, and with m' < m micro-batches a step is at least compute + the
-    other stages' compute (pp - 1) / m + the tied all-reduce (sends and the exposed ring >=
-    0: the ring's window, the last micro-batch's backward, grows with b); at pp 1 that is
-    the compute, so a compute-bound split whose ring is hidden prices b = 1 alone."""
+    other stages' compute (pp - 1) / m + the tied all-reduce + at pp 1 the last gradient
+    bucket's ring, which no backward hides whatever b (sends and the rest of the exposed
+    ring >= 0: the ring's window, the last micro-batch's backward, grows with b, and at pp >
+    1 so does the tail after it that the last bucket runs under); at pp 1 that is the
+    compute + the last bucket, so a compute-bound split whose ring beyond its last bucket
+    is hidden prices b = 1 alone."""
     best: TrainStep | None = None
     skip: tuple[int, int, int] | None = None
     seq_len = job[0]
@@ -469,8 +503,8 @@ def _fastest(model, gpu, runs: list[TrainLayout], job: tuple[int, int], at: tupl
             m = job[1] / (x.dp * x.micro_batch)
             others = layers_flops_per_token(model, seq_len, x.pp)
             others /= stage_flops_per_token(model, seq_len, x.pp)  # their compute per the last's
-            bound = s.compute_s * (1 + others * (x.pp - 1) / m)
-            if bound + s.embedding_allreduce_s >= best.step_s:
+            bound = s.compute_s * (1 + others * (x.pp - 1) / m) + s.embedding_allreduce_s
+            if bound + (s.last_bucket_allreduce_s if x.pp == 1 else 0.0) >= best.step_s:
                 skip = split
     return best
 

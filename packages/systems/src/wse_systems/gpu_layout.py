@@ -3,9 +3,11 @@ holds (`train_bytes`: the busiest stage's, `stage_bytes`), the layouts Megatron-
 (`layouts`), the fewest GPUs that hold the training state (`min_train_gpus`), the refusal
 where no layout runs (`no_layout_error`), the sends between pipeline stages (`stage_hop_s`),
 the ring all-reduce (`ring_allreduce_s`), the tied embeddings' all-reduce between the first
-and the last stage (`embedding_allreduce_s`) and the parameters of the stage whose gradient
-ring is largest (`stage_params`). `wse_systems.gpu` prices a step on them (`train_step`) and
-re-exports their public names; split out of it at hunt 77, when it reached 400 lines.
+and the last stage (`embedding_allreduce_s`), the parameters of the stage whose gradient
+ring is largest (`stage_params`) and of each end stage's last gradient bucket, whose ring
+no backward hides (`last_bucket_params`, Megatron Core's buckets: `grad_bucket_params`).
+`wse_systems.gpu` prices a step on them (`train_step`) and re-exports their public names;
+split out of it at hunt 77, when it reached 400 lines.
 
 Memory (`stage_bytes`), priced per pipeline stage, the busiest one what must fit (hunt 79:
 an even share, num_params / (tp pp) + L layer inputs, was priced for every GPU, so a layout
@@ -121,7 +123,8 @@ __all__ = ["BYTES_PER_PARAM_TRAIN", "USABLE_MEMORY", "WEIGHT_BYTES", "ACT_WORKIN
            "stage_hop_s", "stage_params", "SENDS_PER_MICRO", "StageBytes", "stage_bytes",
            "TOKEN_ID_BYTES", "LOGIT_BYTES", "embedding_pair_in_node", "ring_allreduce_s",
            "embedding_allreduce_s", "link", "GRAD_BYTES", "FP32_BYTES", "TRAIN_CONFIG",
-           "TRAIN_FLAGS", "end_stage_params"]  # fmt: skip
+           "TRAIN_FLAGS", "end_stage_params", "GRAD_BUCKET_MIN_PARAMS",
+           "GRAD_BUCKET_PARAMS_PER_RANK", "grad_bucket_params", "last_bucket_params"]  # fmt: skip
 
 FP32_BYTES = 4  # an fp32 word (IEEE 754 binary32): the master weight's, Adam m's and v's
 WEIGHT_BYTES = 2  # bf16 weights, activations and their gradients
@@ -152,6 +155,14 @@ TRAIN_CONFIG = (
     "all-reduce overlapped with the last micro-batch's backward (default False: without "
     "it the whole ring is exposed)"
 )
+# Megatron Core's data-parallel gradient buckets under --overlap-grad-reduce (`TRAIN_CONFIG`):
+# its default bucket is max(40,000,000, 1,000,000 x dp) parameters, a rank's
+# (DistributedDataParallelConfig.bucket_size: "If unspecified, MCore uses a default value of
+# max(40000000, 1000000 * dp_size) parameters", megatron/core/distributed/
+# distributed_data_parallel_config.py; applied in distributed_data_parallel.py, Megatron-LM
+# core_v0.15.0, as since core_v0.7.0; docs/references/megatron-grad-buckets.md)
+GRAD_BUCKET_MIN_PARAMS = 40_000_000  # parameters a bucket, at least (Megatron Core default)
+GRAD_BUCKET_PARAMS_PER_RANK = 1_000_000  # parameters a bucket a data-parallel rank (the same)
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
 ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
 SENDS_PER_MICRO = 2  # a stage's hops a micro-batch: activations forward, gradients back
@@ -238,6 +249,37 @@ def end_stage_params(model: DecoderShape, pp: int) -> tuple[int, int]:
     """(first stage's, last stage's) parameters, each its own data-parallel ring's (module
     docstring; `stage_params` is the larger): at pp 1 every parameter, both."""
     return _stage_param_counts(model, pp)
+
+
+def grad_bucket_params(dp: int) -> int:
+    """Megatron Core's default gradient bucket under --overlap-grad-reduce, parameters a rank:
+    max(`GRAD_BUCKET_MIN_PARAMS`, `GRAD_BUCKET_PARAMS_PER_RANK` x dp) (its
+    DistributedDataParallel: "larger DP sizes need larger buckets to ensure collectives do
+    not become latency-bound")."""
+    return max(GRAD_BUCKET_MIN_PARAMS, GRAD_BUCKET_PARAMS_PER_RANK * dp)
+
+
+def last_bucket_params(model: DecoderShape, tp: int, dp: int, pp: int) -> tuple[float, float]:
+    """(first stage's, last stage's) last gradient bucket, parameters a GPU (over tp as
+    `end_stage_params`, the word embeddings vocab parallel): the bucket whose all-reduce
+    starts only after the stage's last backward has ended (Megatron Core's DDP,
+    megatron/core/distributed/: param_and_grad_buffer.py fills buckets in reverse parameter
+    order ("to roughly follow backprop order"), closing one once it holds
+    `grad_bucket_params(dp)`, and a bucket's all-reduce starts once every gradient in it is
+    ready (`register_grad_ready`); distributed_data_parallel.py turns bucketing off on every
+    pipeline stage but the first, "since data-parallel communication on these stages is
+    not on the critical path"). So the last stage at pp > 1 is one bucket, the whole stage;
+    the first stage's (at pp 1 the one stage's) last bucket holds its first parameter, the
+    word embeddings (Megatron's GPTModel builds the embedding first; tied, the head's
+    gradient is final only after the lookup's backward), and the stage's other parameters
+    with it where they are fewer than a bucket (none closes before it). A floor: what else
+    the last bucket holds, fewer parameters than a bucket (GPT-2's position embeddings and
+    part of its first layer), is not priced, as where the bucket before it closes depends
+    on each tensor's size."""
+    first_p, last_p = (p / tp for p in end_stage_params(model, pp))
+    word = model.vocab_size * model.d_model / tp
+    first = first_p if first_p - word < grad_bucket_params(dp) else word
+    return first, (last_p if pp > 1 else first)
 
 
 def stage_params(model: DecoderShape, pp: int) -> int:
