@@ -65,8 +65,7 @@ def test_generate_streams_the_oracle_and_health():
         pb2.GenerateRequest(text="a", max_tokens=1000),
         pb2.GenerateRequest(text="a", top_p=0.0),
         pb2.GenerateRequest(text="a", temperature=-1.0),
-        pb2.GenerateRequest(text="a", model="x"),
-    ],
+    ],  # a model not served is NOT_FOUND (hunt 81: test_serve_hunt81)
 )
 def test_bad_requests_get_invalid_argument(shared, req):
     channel, st = stub(shared)
@@ -112,13 +111,14 @@ def test_empty_stop_strings_are_counted_then_refused(shared, stop, words):
 
 
 def test_stop_token_ids_are_bounded_as_stop_strings_are(shared):
-    """Hunt 56: the stop token ids had no bound (stop strings: at most 4)."""
+    """Hunt 56: the stop token ids had no bound (stop strings: at most 4); hunt 81: the bound
+    counts distinct ids (65 of them here)."""
     channel, st = stub(shared)
-    req = pb2.GenerateRequest(text="hi", max_tokens=2, stop_token_ids=[1] * 65)
+    req = pb2.GenerateRequest(text="hi", max_tokens=2, stop_token_ids=list(range(65)))
     with channel, pytest.raises(grpc.RpcError) as info:
         list(st.Generate(req, timeout=10))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "at most 64 token ids" in info.value.details(), info.value.details()
+    assert "at most 64 distinct token ids" in info.value.details(), info.value.details()
 
 
 def test_a_field_with_the_wrong_wire_type_is_invalid_argument(shared):

@@ -66,7 +66,8 @@ def server():
         (C, "stop", [""] * 100, "at most 64"),  # hunt 55: empties were dropped, then counted
         (CHAT, "stop", ["end", ""], "empty string"),  # vLLM refuses it too
         (C, "stop", "", "empty string"),
-        (C, "stop_token_ids", [1] * 65, "at most 64 token ids"),  # hunt 56: 10^5 were taken
+        # hunt 56: 10^5 were taken; hunt 81: distinct ids are counted
+        (C, "stop_token_ids", list(range(65)), "at most 64 distinct token ids"),
         (C, "stop_token_ids", {}, "a list of token ids"),  # hunt 56: passed as none
         # hunt 56: each of these was taken (a 200) and ignored, or refused in wrong words
         (C, "min_p", "x", "[0, 1]"),

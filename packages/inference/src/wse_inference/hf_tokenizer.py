@@ -20,6 +20,8 @@ the template writes (vLLM's chat passes add_special_tokens=False). `text_ids(tok
 text)` is a text prompt as transformers' `tokenizer(text)` and vLLM's /v1/completions encode
 it, with the special tokens the tokenizer's post-processor adds (its BOS); so an empty text is
 [bos] with such a tokenizer, and [] without (hunt 69: text prompts ran without their BOS).
+`decode(ids)` leaves special tokens out (generated text, vLLM's skip_special_tokens=True);
+`ids_text(tokenizer, ids)` writes them, as transformers' decode and vLLM's /detokenize do.
 A text the tokenizer cannot encode (a WordLevel whose unk_token is not in its vocabulary) is
 a `TokenizerError` naming the file and the tokenizer's words (hunt 69: a traceback, a 500).
 """
@@ -41,6 +43,7 @@ __all__ = [
     "HFTokenizer",
     "TokenizerError",
     "gpt2_bpe",
+    "ids_text",
     "read_tokenizer_file",
     "slow_tokenizer",
     "text_ids",
@@ -96,8 +99,10 @@ class HFTokenizer:
                 f"the tokenizer in {self.path} cannot encode the prompt: {why}"
             ) from None
 
-    def decode(self, ids: Sequence[int]) -> str:  # special tokens are not text (vLLM's default)
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=True)
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        """The text of `ids`; special tokens are left out, as vLLM's generated text leaves
+        them out (its skip_special_tokens=True), unless `skip_special_tokens` is false."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
     def vocab(self) -> dict[str, int]:
         return dict(self._tok.get_vocab(with_added_tokens=True))
@@ -109,6 +114,16 @@ def text_ids(tokenizer: Any, text: str, *, add_special_tokens: bool = True) -> l
     if isinstance(tokenizer, HFTokenizer):
         return tokenizer.encode(text, add_special_tokens=add_special_tokens)
     return list(tokenizer.encode(text))
+
+
+def ids_text(tokenizer: Any, ids: Sequence[int]) -> str:
+    """The text of `ids` with their special tokens written out, as transformers'
+    `tokenizer.decode(ids)` (skip_special_tokens=False, its default) and so vLLM's /detokenize
+    write them (hunt 81: "<s><|im_start|>hi<|im_end|>" came back as "hi"); any other
+    tokenizer (bytes) has no special tokens to write."""
+    if isinstance(tokenizer, HFTokenizer):
+        return tokenizer.decode(ids, skip_special_tokens=False)
+    return tokenizer.decode(ids)
 
 
 def _max_token_bytes(tok: Any) -> int | None:

@@ -9,9 +9,11 @@ One validator for both front ends, in the order a request meets it:
    (OpenAI's range), top_p, top_k, penalties, logprobs in 0..MAX_LOGPROBS, at most
    `stop_strings` stop strings (`LIMITS["serve_stop_strings"]`, read when the limits are
    built; empty ones counted, then refused as vLLM does) of at most `max_stop_chars`
-   characters each and `max_stop_token_ids` stop token ids, a seed that is a 64-bit signed
-   integer, also seed + n - 1 for n choices, min_tokens in 0..max_tokens in vLLM's words,
-   once max_tokens is known) and
+   characters each and `stop_token_ids` distinct stop token ids (`LIMITS["serve_stop_token_ids"]`,
+   read as the stop strings' is), a seed that is a 64-bit signed integer, also seed + n - 1
+   for n choices (-1 is no seed: `seed_of`, vLLM's), min_tokens in 0..max_tokens in vLLM's
+   words, once max_tokens is known, and n 1 with greedy sampling, as vLLM refuses n > 1 at a
+   temperature below `GREEDY_TEMPERATURE`) and
    `encode_prompt`, which refuses a prompt text longer in UTF-8 bytes than `max_context`
    tokens of this tokenizer can hold (`tokenizer.max_token_bytes`, when the tokenizer
    declares it) before encoding it;
@@ -23,8 +25,8 @@ One validator for both front ends, in the order a request meets it:
 - `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT): any of the above. Requests are
   never silently truncated. `ModelNotFoundError`, a model name not served, is OpenAI's and
   vLLM's HTTP 404 (`openai.NotFoundError`; hunt 77: a 400), its error body's `reason`
-  model_not_found (`code` is the status, 404, as vLLM's); gRPC
-  keeps INVALID_ARGUMENT for it, its documented status for every refused request.
+  model_not_found (`code` is the status, 404, as vLLM's); gRPC's NOT_FOUND, gRPC's
+  mapping of HTTP 404 (hunt 81: it was INVALID_ARGUMENT).
 - `QueueFullError` (HTTP 429 with Retry-After / gRPC RESOURCE_EXHAUSTED): the bounded waiting
   queue is full.
 - `ShuttingDownError` (HTTP 503 / gRPC UNAVAILABLE): the server is draining.
@@ -52,8 +54,11 @@ __all__ = [
     "RequestLimits",
     "SEED_MIN",
     "SEED_MAX",
+    "UNSEEDED",
+    "GREEDY_TEMPERATURE",
     "MAX_TEMPERATURE",
     "check_sampling",
+    "seed_of",
     "encode_prompt",
     "check_request",
     "context_length_message",
@@ -62,6 +67,13 @@ __all__ = [
 ]
 
 SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # seeds are int64 (vLLM's range, the proto's type)
+# A request's seed -1 is no seed, a fresh draw each time: vLLM's `SamplingParams.__post_init__`
+# (vllm/sampling_params.py: `if self.seed == -1: self.seed = None`), the "random" many front
+# ends send by default (hunt 81: it was a fixed seed, the same "random" answer every time)
+UNSEEDED = -1
+# Below this temperature a request is greedy for n's rule: vLLM's `_SAMPLING_EPS` (1e-5,
+# vllm/sampling_params.py), under which it samples by argmax and refuses n > 1
+GREEDY_TEMPERATURE = 1e-5
 INT32_MAX = 2**31 - 1  # top_k and the other counts travel as int32 on the device
 MAX_TEMPERATURE = 2.0  # OpenAI's documented range is [0, 2]; 1e308 was taken (hunt 55)
 
@@ -87,9 +99,12 @@ class RequestLimits:
     # len - 1 characters of text to match one, so a stop that long held a whole completion
     # back): 40x the longest end markers of chat templates ('<|eot_id|>', '\n\nHuman:')
     max_stop_chars: int = 1024
-    # stop token ids (vLLM sets no bound; 10^5 were taken, hunt 56, and each distinct count
-    # compiles `decoding._decode_loop` again): well past any model's end-of-sequence ids
-    max_stop_token_ids: int = 64
+    # distinct stop token ids (vLLM sets no bound and drops repeats; 10^5 were taken, hunt 56,
+    # and each distinct count compiles `decoding._decode_loop` again); None:
+    # LIMITS["serve_stop_token_ids"] (64, WSE_LIMIT_SERVE_STOP_TOKEN_IDS lifts it; hunt 81: a
+    # fixed 64 that counted repeats, with no way to lift it), read once as `stop_strings` is
+    max_stop_token_ids: int | None = None
+    stop_token_ids: int = dataclasses.field(init=False, compare=False)
     body_idle_s: float = 10.0  # an HTTP body that sends nothing for this long is refused (400)
     # the whole body must have arrived by then (hunt 62: a byte every 4 s kept a 100 KB body
     # open for days); 2 MiB in 60 s is 280 kbit/s. Go's http.Server.ReadTimeout is the like.
@@ -113,6 +128,10 @@ class RequestLimits:
         given = self.max_stop
         object.__setattr__(
             self, "stop_strings", limit("serve_stop_strings") if given is None else given
+        )
+        ids = self.max_stop_token_ids
+        object.__setattr__(
+            self, "stop_token_ids", limit("serve_stop_token_ids") if ids is None else ids
         )
 
 
@@ -199,6 +218,11 @@ def shown_json(value: Any, *, head: int = 80) -> str:
     return shown(text, quote=False, head=head)
 
 
+def seed_of(seed: int | None) -> int | None:
+    """A request's seed as it runs: `UNSEEDED` (-1) is no seed (None), as vLLM reads it."""
+    return None if seed == UNSEEDED else seed
+
+
 def context_length_message(max_context: int, prompt_tokens: int, completion_tokens: int) -> str:
     """vLLM's wording for a request that does not fit in the context window."""
     return (
@@ -258,11 +282,20 @@ def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimit
         raise InvalidRequestError(
             "stop cannot contain an empty string (it would match at once).", param="stop"
         )
-    if len(sampling.stop_token_ids) > limits.max_stop_token_ids:
+    distinct = len(set(sampling.stop_token_ids))  # a repeat stops nothing more (vLLM drops it)
+    if distinct > limits.stop_token_ids:
+        lifted = f" ({lift('serve_stop_token_ids')})" if limits.max_stop_token_ids is None else ""
         raise InvalidRequestError(
-            f"stop_token_ids must be a list of at most {limits.max_stop_token_ids} token ids, "
-            f"got {len(sampling.stop_token_ids)}.",
+            f"stop_token_ids must be a list of at most {limits.stop_token_ids} distinct token "
+            f"ids, got {distinct:,}{lifted}.",
             param="stop_token_ids",
+        )
+    if n > 1 and sampling.temperature < GREEDY_TEMPERATURE:  # vLLM's words, then why
+        raise InvalidRequestError(
+            f"n must be 1 when using greedy sampling, got {n}: at temperature "
+            f"{sampling.temperature:g} every choice is the same; give a temperature above 0 "
+            "for different choices.",
+            param="n",
         )
     try:  # vLLM's words; max_tokens 0 (the rest of the context, not yet known) bounds nothing
         check_min_tokens(sampling.min_tokens, sampling.max_tokens, ValueError)

@@ -7,7 +7,9 @@ then a tokenizer with `apply_chat_template` (transformers) is used as is; then o
 `chat_template` Jinja string (an HF directory's, see `model_dir`). Jinja templates are
 rendered as transformers renders them: a sandboxed environment with trim_blocks and
 lstrip_blocks, `messages`, `tools` and `documents` (None: this server takes neither),
-`add_generation_prompt` (True unless /tokenize asks otherwise), the tokenizer's special
+`add_generation_prompt` (True unless /tokenize asks otherwise), a request's
+`chat_template_kwargs` (vLLM's: more variables, e.g. Qwen3's `enable_thinking`, names in
+`RESERVED_KWARGS` refused: `template_kwargs`), the tokenizer's special
 tokens (transformers' special_tokens_map: bos_token, eos_token, unk_token, pad_token, ...;
 hunt 71: `tools is not none` held for an undefined `tools` and told a trimmed Llama template
 "Environment: ipython"), and `raise_exception(msg)`, whose message (e.g. "roles must
@@ -15,7 +17,11 @@ alternate") becomes the 400's (`template_sandbox`: the rest of the environment).
 Otherwise the plain template is one line per message, "role: content", followed by
 "assistant:" (left out without a generation prompt) — e.g. [system "Be brief.", user "Hi"]
 becomes "system: Be brief.\\nuser: Hi\\nassistant:".
-Content may be a string or a non-empty list of {"type": "text", "text": ...} parts.
+Content may be a string or a non-empty list of text parts, each read as vLLM reads it
+(`TEXT_PARTS`): {"type": "text", "text": ...} and the Responses API's "input_text" and
+"output_text" by their `text`, OpenAI's "refusal" by its `refusal`, "thinking" by its
+`thinking`; a "text" or "refusal" part whose text is null or missing is skipped, as vLLM
+skips it. Any other part (an image, audio) is refused: these models take text only.
 
 Each message reaches the template as {"role", "content"} and its `name` when it has one, so a
 template that renders names (or `apply_chat_template`) sees it; the plain template leaves
@@ -32,7 +38,8 @@ over a message's content, as many HF templates do (hunt 68: they were given a st
 over its characters and rendered every message empty), else "string".
 
 This server serves no tools, so a history holding tool calls (`tool_calls`, `function_call`,
-`tool_call_id`, a "tool" message) is refused with a 400 naming the field (hunt 65: they were
+`tool_call_id`, a "tool" message, or a "function" message, OpenAI's deprecated tool result,
+which vLLM passes to the template) is refused with a 400 naming the field (hunt 65: they were
 checked, then dropped from the prompt, and the model answered a conversation silently
 changed).
 
@@ -43,14 +50,16 @@ The template is compiled and rendered within bounds by `wse_inference.serve.temp
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from wse_inference.engine import Tokenizer
 from wse_inference.serve.admission import InvalidRequestError, encode_prompt, shown_json
 from wse_inference.serve.template_sandbox import compile_chat_template, render_bounded
 
-__all__ = ["CHAT_ROLES", "CONTENT_FORMATS", "MAX_NAME_CHARS", "SAMPLE_CHAT", "chat_prompt",
-           "chat_text", "compile_chat_template", "detect_content_format", "render_bounded",
+__all__ = ["CHAT_ROLES", "CONTENT_FORMATS", "MAX_NAME_CHARS", "RESERVED_KWARGS", "SAMPLE_CHAT",
+           "TEXT_PARTS", "chat_prompt", "chat_text", "compile_chat_template",
+           "detect_content_format", "render_bounded", "template_kwargs",
            "template_problem"]  # fmt: skip
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -58,33 +67,52 @@ MAX_NAME_CHARS = 64  # a message's `name` (OpenAI documents 64 characters)
 SAMPLE_CHAT = [{"role": "user", "content": "Hi"}]  # what a server's template is tried on
 CONTENT_FORMATS = ("auto", "string", "openai")  # vLLM's --chat-template-content-format
 _REASONING = ("reasoning", "reasoning_content")  # an assistant's, in vLLM's order of choice
+# The content parts read as text, each by its field: vLLM's MM_PARSER_MAP and
+# `_parse_chat_message_content_part` (vllm/entrypoints/chat_utils.py): the Responses API's
+# input_text and output_text (agent frameworks replay them into chat histories), OpenAI's
+# assistant refusal part (the openai client puts it back into a history) and thinking; each
+# joined as text parts are (hunt 81: refused as "not text")
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text",
+              "refusal": "refusal", "thinking": "thinking"}  # fmt: skip
+# parts vLLM skips (a warning) when their text is missing or null: PART_TYPES_TO_SKIP_NONE_CONTENT
+_SKIPPED_WHEN_NULL = ("text", "refusal")
 
 
 def _bad(message: str) -> InvalidRequestError:
     return InvalidRequestError(message, param="messages")
 
 
+def _part_text(part: Any, i: int, j: int) -> str | None:
+    """The text of part `j` of message `i` (None: a part vLLM skips), or a 400 naming it."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    field = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
+    if field is None:  # not a text part: an image, audio, a part without a type...
+        got = (f"a {shown_json(kind, head=40)} part" if isinstance(kind, str)
+               else shown_json(part, head=60))  # fmt: skip
+        raise _bad(
+            f"messages[{i}].content[{j}] is {got}; this model takes text only: give text "
+            f"parts ({', '.join(TEXT_PARTS)}) or a string."
+        )
+    text = part.get(field)
+    if isinstance(text, str):
+        return text
+    if text is None and kind in _SKIPPED_WHEN_NULL:  # vLLM's: skipped, with a warning
+        return None
+    raise _bad(f"messages[{i}].content[{j}] is a {shown_json(kind)} part; its {field!r} must be "
+               f"a string, got {shown_json(text, head=40)}.")  # fmt: skip
+
+
 def _content_texts(content: Any, i: int) -> list[str]:
-    """The texts of message `i`'s content: a string is one; a list, its text parts'."""
+    """The texts of message `i`'s content: a string is one; a list, its text parts'
+    (`TEXT_PARTS`, as vLLM reads them)."""
     if content is None or isinstance(content, str):
         return [content or ""]
     if content == []:  # OpenAI refuses an empty array (hunt 65: it was taken as "")
         raise _bad(f"messages[{i}].content is an empty list; give a string or at least one "
                    '{"type": "text", "text": "..."} part.')  # fmt: skip
     if isinstance(content, list):
-        texts = []
-        for j, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-                continue
-            got = (f"a {shown_json(kind, head=40)} part" if isinstance(kind, str) and kind != "text"
-                   else shown_json(part, head=60))  # fmt: skip
-            raise _bad(
-                f"messages[{i}].content[{j}] is {got}; this model takes text only: give "
-                '{"type": "text", "text": "..."} parts or a string.'
-            )
-        return texts
+        texts = (_part_text(part, i, j) for j, part in enumerate(content))
+        return [t for t in texts if t is not None]
     raise _bad(f"messages[{i}].content must be a string or a list of text parts.")
 
 
@@ -133,12 +161,24 @@ def _refuse_tool_history(m: dict, i: int) -> None:
             )
 
 
+def _of_call(m: dict) -> str:
+    """ ", of the call NAME" for a function message naming its function, else ""."""
+    name = m.get("name")
+    return f" of the call {shown_json(name, head=40)}" if isinstance(name, str) else ""
+
+
 def _checked(messages: Any) -> list[tuple[dict, list[str]]]:
     """Each message of a chat request, checked, with its content's texts."""
     if not isinstance(messages, list) or not messages:
         raise _bad("messages must be a non-empty list.")
     checked = []
     for i, m in enumerate(messages):
+        if isinstance(m, dict) and m.get("role") == "function":  # hunt 81: "needs a role"
+            raise _bad(
+                f"messages[{i}] is a function message (OpenAI's deprecated form of a tool "
+                f"result{_of_call(m)}); this server serves no tools, so it takes no function "
+                "results; leave it out."
+            )
         if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
             raise _bad(f"messages[{i}] needs a role among {', '.join(CHAT_ROLES)}.")
         if m.get("content") is None and not (
@@ -148,6 +188,43 @@ def _checked(messages: Any) -> list[tuple[dict, list[str]]]:
         _check_message_fields(m, i)
         checked.append((m, _content_texts(m.get("content"), i)))
     return checked
+
+
+# chat_template_kwargs a request may not set, with why: the variables this server sets itself
+# from the request (vLLM refuses chat_template and tokenize, "Found unexpected chat template
+# kwargs from request", and lets the others override the request's own fields)
+RESERVED_KWARGS = {
+    "messages": "the template's messages are the request's messages",
+    "add_generation_prompt": "give the request's own add_generation_prompt (/tokenize)",
+    "continue_final_message": "continuing the final message is not supported by this server",
+    "tools": "this server serves no tools",
+    "documents": "this server takes no documents",
+    "chat_template": "the server's template is rendered (vLLM refuses it too)",
+    "tokenize": "the rendered text is tokenized by the server (vLLM refuses it too)",
+}
+
+
+def template_kwargs(value: Any) -> dict[str, Any]:
+    """vLLM's chat_template_kwargs: more variables of the chat template's render (Qwen3's
+    {"enable_thinking": false}); null is none. Not an object, or a name in
+    `RESERVED_KWARGS`, is a 400 naming it (hunt 81: every one was refused, so a vLLM client
+    that switches thinking off failed on every request). Like vLLM, a name the template does
+    not read changes nothing."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidRequestError(
+            "chat_template_kwargs must be an object of template variables (e.g. "
+            f'{{"enable_thinking": false}}), got {shown_json(value, head=60)}.',
+            param="chat_template_kwargs",
+        )
+    for name in value:
+        if name in RESERVED_KWARGS:
+            raise InvalidRequestError(
+                f"chat_template_kwargs cannot set {shown_json(name)}: {RESERVED_KWARGS[name]}.",
+                param="chat_template_kwargs",
+            )
+    return dict(value)
 
 
 def _template_messages(checked: list[tuple[dict, list[str]]], content_format: str) -> list[dict]:
@@ -243,9 +320,12 @@ def chat_text(
     *,
     content_format: str = "auto",
     add_generation_prompt: bool = True,
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> str:
     """The text of a chat: its Jinja template's render (the server's `chat_template`, else the
-    tokenizer's), else the plain "role: content" lines; see the module docstring."""
+    tokenizer's), else the plain "role: content" lines; see the module docstring.
+    `template_kwargs` (vLLM's chat_template_kwargs, checked: `template_kwargs`) are more
+    variables of the render, over the tokenizer's special tokens as transformers lays them."""
     checked = _checked(messages)
     template = _template_text(tokenizer, chat_template)
     msgs = _template_messages(checked, _resolved(content_format, template))
@@ -254,7 +334,8 @@ def chat_text(
         return text + ("assistant:" if add_generation_prompt else "")
     import jinja2
 
-    variables = getattr(tokenizer, "template_vars", {})
+    # transformers' apply_chat_template: {**special_tokens_map, **kwargs}, then its own
+    variables = {**getattr(tokenizer, "template_vars", {}), **(template_kwargs or {})}
     try:  # what transformers' apply_chat_template passes its template
         return render_bounded(template, messages=msgs, tools=None, documents=None,
                               add_generation_prompt=add_generation_prompt, **variables)  # fmt: skip
@@ -281,22 +362,26 @@ def chat_prompt(
     content_format: str = "auto",
     max_context: int | None = None,
     add_generation_prompt: bool = True,
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> list[int]:
     """Token ids of a chat (see the module docstring for the template used); with
     `max_context`, a text that cannot fit is refused before it is encoded (`encode_prompt`).
     `add_generation_prompt` False (vLLM's /tokenize) leaves out the opening of the
-    assistant's turn, to count a chat's own tokens. `content_format`: see CONTENT_FORMATS."""
+    assistant's turn, to count a chat's own tokens. `content_format`: see CONTENT_FORMATS.
+    `template_kwargs`: more variables of the template (`chat_text`)."""
+    kwargs = dict(template_kwargs or {})
     if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
         checked = _checked(messages)
         form = _resolved(content_format, _template_text(tokenizer, None))
         msgs = _template_messages(checked, form)
         return list(
             tokenizer.apply_chat_template(
-                msgs, tokenize=True, add_generation_prompt=add_generation_prompt
+                msgs, tokenize=True, add_generation_prompt=add_generation_prompt, **kwargs
             )
         )
     text = chat_text(messages, tokenizer, chat_template, content_format=content_format,
-                     add_generation_prompt=add_generation_prompt)  # fmt: skip
+                     add_generation_prompt=add_generation_prompt,
+                     template_kwargs=kwargs)  # fmt: skip
     if max_context is None:
         return tokenizer.encode(text)
     return encode_prompt(tokenizer, text, max_context=max_context, param="messages")

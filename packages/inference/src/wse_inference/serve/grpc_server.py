@@ -13,13 +13,14 @@ never raise, so gRPC's own INTERNAL "Exception deserializing request" cannot hap
 is a varint past int32 in an int32 field (protobuf keeps its low 32 bits: max_tokens 2**32 + 3
 was read as 3), found by parsing the bytes again with every int32 field read as int64. A
 message beyond `RequestLimits.max_body_bytes` is gRPC's RESOURCE_EXHAUSTED (its
-`max_receive_message_length`). Status codes: INVALID_ARGUMENT for a bad request,
-RESOURCE_EXHAUSTED when the admission queue is full, UNAVAILABLE while draining, INTERNAL
-when the engine fails, and an "abort" finish told as UNAVAILABLE at shutdown. A cancelled call
-(client cancel, deadline, disconnect) cancels its request, so its slot and KV cache are freed
-within one engine step. Refusals are counted in /metrics' wse_request_rejected_total by
-reason, as HTTP's; the final response carries vLLM's stop_reason (`stop_string` or
-`stop_token_id`; neither for the model's EOS).
+`max_receive_message_length`). Status codes: INVALID_ARGUMENT for a bad request, NOT_FOUND
+for a model name this server does not serve (HTTP's 404), RESOURCE_EXHAUSTED when the
+admission queue is full, UNAVAILABLE while draining, INTERNAL when the engine fails, and an
+"abort" finish told as UNAVAILABLE at shutdown. A cancelled call (client cancel, deadline,
+disconnect) cancels its request, so its slot and KV cache are freed within one engine step.
+Refusals are counted in /metrics' wse_request_rejected_total by reason, as HTTP's; the final
+response carries vLLM's stop_reason (`stop_string` or `stop_token_id`; neither for the model's
+EOS).
 
 The thread pool has a worker for every slot and queue place plus spare ones and no limit of
 concurrent calls is set, so admission is decided by the scheduler's bounded queue (its
@@ -48,6 +49,7 @@ from wse_inference.serve.admission import (
     RequestLimits,
     ShuttingDownError,
     check_sampling,
+    seed_of,
 )
 from wse_inference.serve.metrics import ServeMetrics
 from wse_inference.serve.prompt_ids import text_prompt
@@ -60,6 +62,17 @@ __all__ = ["build_grpc_server", "sampling_from_request"]
 pb2, pb2_grpc = load_stubs()
 _SPARE_WORKERS = 16  # past slots + queue places: refusals and health checks
 _ERROR_CODES = {"invalid": grpc.StatusCode.INVALID_ARGUMENT, "abort": grpc.StatusCode.UNAVAILABLE}
+
+
+def _invalid_code(e: InvalidRequestError) -> grpc.StatusCode:
+    """A refused request's status: NOT_FOUND for a model this server does not serve (HTTP's
+    404, and gRPC's own mapping of it: grpc/doc/http-grpc-status-mapping.md; its status guide's
+    "some requested entity was not found"; hunt 81: INVALID_ARGUMENT, which a client that
+    retries or alerts by code could not tell from a bad sampling value), else
+    INVALID_ARGUMENT."""
+    if isinstance(e, ModelNotFoundError):
+        return grpc.StatusCode.NOT_FOUND
+    return grpc.StatusCode.INVALID_ARGUMENT
 
 
 def sampling_from_request(
@@ -85,9 +98,9 @@ def sampling_from_request(
         temperature=given("temperature", 1.0),
         top_p=given("top_p", 1.0),
         top_k=0 if top_k == -1 else top_k,  # -1: off, as vLLM's
-        seed=req.seed if req.HasField("seed") else None,
+        seed=seed_of(req.seed) if req.HasField("seed") else None,  # -1: none, as vLLM's
         stop=tuple(req.stop),  # empty ones too: check_sampling counts and refuses them
-        stop_token_ids=tuple(req.stop_token_ids),
+        stop_token_ids=tuple(dict.fromkeys(req.stop_token_ids)),  # vLLM's: each id once
         ignore_eos=req.ignore_eos,
         logprobs=req.logprobs if req.HasField("logprobs") else None,
         presence_penalty=req.presence_penalty,
@@ -232,9 +245,9 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
             if self.metrics is not None:
                 self.metrics.on_admitted(1)  # one choice a call
             return handle
-        except InvalidRequestError as e:
+        except InvalidRequestError as e:  # a model not served: NOT_FOUND (HTTP's 404)
             self._reject("invalid")
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            context.abort(_invalid_code(e), str(e))
         except QueueFullError as e:
             self._reject("queue_full")
             context.set_trailing_metadata((("retry-after", str(e.retry_after_s)),))

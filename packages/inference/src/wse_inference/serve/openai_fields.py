@@ -146,7 +146,6 @@ NOT_HONOURED: dict[str, Any] = {
     # --enable-prompt-embeds (hunt 79: ignored, the answer was `prompt`'s)
     "prompt_embeds": None,
     "chat_template": None,  # the server's (--chat-template), never a request's
-    "chat_template_kwargs": {},
     "continue_final_message": False,
     "add_generation_prompt": True,
     "documents": None,

@@ -2,11 +2,13 @@
 
 Requests (`parse_request(body, kind=..., ...)`) accept the fields the official `openai` client
 sends for `/v1/completions` and `/v1/chat/completions`: model, prompt or messages, max_tokens
-(or max_completion_tokens), temperature, top_p, seed, stop, stream, stream_options
-({"include_usage"}), n (1..MAX_N = 16 choices; choice i is seeded with seed + i), logprobs,
-echo (completions), presence_penalty and frequency_penalty (in [-2, 2]), and vLLM's top_k,
-repetition_penalty (> 0), stop_token_ids, ignore_eos (generation stops at the model's
-end-of-sequence tokens unless it is true), return_tokens_as_token_ids (logprobs name each
+(or max_completion_tokens), temperature, top_p, seed (-1 is no seed, a fresh draw each time,
+as vLLM's), stop, stream, stream_options ({"include_usage"}), n (1..MAX_N = 16 choices; choice
+i is seeded with seed + i; n > 1 with greedy sampling is refused, vLLM's "n must be 1 when
+using greedy sampling"), logprobs, echo (completions), presence_penalty and
+frequency_penalty (in [-2, 2]), and vLLM's top_k, repetition_penalty (> 0), stop_token_ids
+(each id once: repeats are dropped, as vLLM drops them), ignore_eos (generation stops at the
+model's end-of-sequence tokens unless it is true), return_tokens_as_token_ids (logprobs name each
 token "token_id:N") and return_token_ids (choices carry their token_ids and the prompt's, as
 vLLM >= 0.10.2's), min_tokens (vLLM's: the stop token ids and the model's EOS ids are held
 back, and no stop string ends, before that many tokens; in 0..max_tokens, vLLM's words) and
@@ -53,8 +55,10 @@ rendered within its operation and time limits).
 
 The answers (response bodies, logprobs, streaming) are `wse_inference.serve.openai_response`'s;
 vLLM's /tokenize and /detokenize bodies are here (`tokenize_request`, `detokenize_request`);
-/tokenize honours add_generation_prompt and add_special_tokens, and refuses what chat refuses
-(a request's chat_template, tools, continue_final_message), as vLLM's does.
+/tokenize honours add_generation_prompt, add_special_tokens and chat_template_kwargs (vLLM's:
+more variables of the chat template, `chat_template.template_kwargs`, as on chat), and
+refuses what chat refuses (a request's chat_template, tools, continue_final_message), as
+vLLM's does; its /detokenize writes special tokens out, as vLLM's.
 """
 
 from __future__ import annotations
@@ -64,11 +68,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from wse_inference.engine import MAX_LOGPROBS, SamplingParams, Tokenizer
+from wse_inference.hf_tokenizer import ids_text
 from wse_inference.serve.admission import (
     InvalidRequestError,
     ModelNotFoundError,
     RequestLimits,
     check_sampling,
+    seed_of,
     shown_int,
     shown_json,
 )
@@ -252,9 +258,9 @@ def _sampling(body: dict, kind: str, defaults: Mapping[str, Any]) -> SamplingPar
         temperature=number(body, "temperature", defaults.get("temperature", 1.0)),
         top_p=number(body, "top_p", defaults.get("top_p", 1.0)),
         top_k=0 if top_k == -1 else top_k,
-        seed=integer(body, "seed", None),
+        seed=seed_of(integer(body, "seed", None)),
         stop=_stop(body),
-        stop_token_ids=tuple(stop_ids),
+        stop_token_ids=tuple(dict.fromkeys(stop_ids)),  # vLLM's: each id once, in order
         ignore_eos=ignore_eos,
         logprobs=_logprobs(body, kind),
         presence_penalty=number(body, "presence_penalty", 0.0),
@@ -365,7 +371,7 @@ def tokenize_request(
         raise invalid("return_token_strs is not supported by this server; leave it out.",
                       "return_token_strs")  # fmt: skip
     refuse_tools(body)
-    refuse_not_honoured(body, ("chat_template", "chat_template_kwargs", "continue_final_message"))
+    refuse_not_honoured(body, ("chat_template", "continue_final_message"))
     generation = body.get("add_generation_prompt")
     generation = True if generation is None else flag(generation, "add_generation_prompt")
     messages = body.get("messages")
@@ -387,7 +393,8 @@ def tokenize_request(
 def detokenize_request(
     body: Any, *, tokenizer: Tokenizer, model_names: Sequence[str], vocab_size: int
 ) -> dict:
-    """vLLM's /detokenize: {"prompt": the text of {"tokens": [ids]}}."""
+    """vLLM's /detokenize: {"prompt": the text of {"tokens": [ids]}}, special tokens written
+    out, as vLLM's (transformers' `decode(ids)`: hunt 81, they were dropped)."""
     body = _check_model(body, model_names)
     ids = token_list(body.get("tokens"))
     if ids is None:
@@ -397,4 +404,4 @@ def detokenize_request(
         raise invalid(
             f"Token id {shown_int(bad[0])} is outside the vocabulary [0, {vocab_size}).", "tokens"
         )
-    return {"prompt": tokenizer.decode(ids)}
+    return {"prompt": ids_text(tokenizer, ids)}

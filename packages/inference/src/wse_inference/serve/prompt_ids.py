@@ -8,7 +8,8 @@ its BOS); or one list of ids, taken as they are. `text_prompt` is the same for o
 empty one is [bos] with a tokenizer that adds one: vLLM refuses a prompt empty once
 tokenized, transformers gives [bos]). `messages_prompt` is a chat through its template, whose
 special tokens are the template's own (`{{ bos_token }}`): `add_special_tokens` true would
-add a second BOS (vLLM's chat default is false), so it is refused. A text the tokenizer cannot
+add a second BOS (vLLM's chat default is false), so it is refused; its chat_template_kwargs
+are more variables of the template (vLLM's). A text the tokenizer cannot
 encode (`hf_tokenizer.TokenizerError`) is an `InvalidRequestError` (400) in its words, not a
 500. `token_list(v)` is a JSON list of integer ids, else None.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from wse_inference.engine import Tokenizer
 from wse_inference.hf_tokenizer import TokenizerError, text_ids
 from wse_inference.serve.admission import encode_prompt, shown_json
-from wse_inference.serve.chat_template import chat_prompt
+from wse_inference.serve.chat_template import chat_prompt, template_kwargs
 from wse_inference.serve.openai_fields import flag, invalid
 
 __all__ = ["completion_prompt", "messages_prompt", "text_prompt", "token_list"]
@@ -86,7 +87,9 @@ def completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> lis
 
 
 def messages_prompt(body: dict, tokenizer: Tokenizer, **chat: Any) -> list[int]:
-    """The chat's ids (`chat_template.chat_prompt(messages, tokenizer, **chat)`)."""
+    """The chat's ids (`chat_template.chat_prompt(messages, tokenizer, **chat)`), the body's
+    chat_template_kwargs among the template's variables (`chat_template.template_kwargs`)."""
+    kwargs = template_kwargs(body.get("chat_template_kwargs"))
     if flag(body.get("add_special_tokens"), "add_special_tokens"):
         raise invalid(
             "add_special_tokens true is not supported with messages: the chat template writes "
@@ -94,4 +97,4 @@ def messages_prompt(body: dict, tokenizer: Tokenizer, **chat: Any) -> list[int]:
             "add_special_tokens",
         )
     with _encoding("messages"):
-        return chat_prompt(body.get("messages"), tokenizer, **chat)
+        return chat_prompt(body.get("messages"), tokenizer, template_kwargs=kwargs, **chat)

@@ -121,6 +121,15 @@ LIMITS: dict[str, Limit] = {
             "4 was fixed, so an lm-eval task's longer `until` list was refused)",
         ),
         Limit(
+            "serve_stop_token_ids",
+            lambda: 64,
+            "token ids",
+            "distinct stop token ids of one request (HTTP stop_token_ids, gRPC stop_token_ids)",
+            "each distinct count compiles the decode loop once more (10^5 ids were taken, hunt "
+            "56); 64 is well past any model's end-of-sequence ids; vLLM sets no bound and drops "
+            "repeats, as this count does (hunt 81: a fixed 64 counted repeats, no variable)",
+        ),
+        Limit(
             "devices",
             _devices,
             "devices",
