@@ -8,12 +8,15 @@ C. content parts vLLM reads as text (input_text, output_text, refusal, thinking)
 D. /detokenize dropped special tokens ("<s><|im_start|>hi<|im_end|>" came back "hi");
 E. n > 1 with greedy sampling was served as n identical copies;
 F. gRPC answered an unknown model INVALID_ARGUMENT, where HTTP says 404;
-G. stop_token_ids was capped at 64 ids counting repeats, with no variable to lift it.
+G. stop_token_ids was capped at 64 ids counting repeats, with no variable to lift it;
+H. `--api-key` did not exist: no way to require a key (here the server; the CLI's side is
+   apps/cli/tests/test_serve_bench_hunt81.py).
 
 Oracles: vLLM's own rules, written out here from its source (vllm/sampling_params.py:
 `seed == -1` is None, `list(dict.fromkeys(stop_token_ids))`, `_verify_greedy_sampling` below
 `_SAMPLING_EPS` = 1e-5; vllm/entrypoints/chat_utils.py: the parts read as text and the two
-skipped when null); transformers (a declared test dependency) on
+skipped when null; vllm/entrypoints/serve/utils/server_utils.py: the public endpoints and the
+guarded prefixes of `AuthenticationMiddleware`); transformers (a declared test dependency) on
 the same tokenizer folder for B and D: `apply_chat_template(..., enable_thinking=False)` and
 `decode(ids)`, whose skip_special_tokens default is False, as vLLM calls them; gRPC's mapping
 of HTTP 404 to NOT_FOUND (grpc/doc/http-grpc-status-mapping.md).
@@ -340,3 +343,83 @@ def test_a_rendered_chat_round_trips_through_tokenize_and_detokenize(folder):
     text = detokenize_request({"tokens": ids}, tokenizer=tok, model_names=["m"], vocab_size=260)
     assert text["prompt"] == hf.apply_chat_template(HI, tokenize=False)
     assert text["prompt"] == "<s><|im_start|>user\nhi<|im_end|>\n"  # by hand, from TEMPLATE
+
+
+# -- H: the server's API keys ---------------------------------------------------------------------
+VLLM_PUBLIC = ("/health", "/ping", "/load", "/version", "/metrics", "/docs", "/redoc")
+PATHS = [("GET", "/v1/models"), ("GET", "/v1/models/mock"), ("POST", "/v1/completions"),
+         ("POST", "/v1/chat/completions"), ("POST", "/tokenize"), ("POST", "/detokenize"),
+         ("GET", "/health"), ("GET", "/metrics"), ("GET", "/version"),
+         ("GET", "/v1/nowhere")]  # fmt: skip
+BODIES = {"/v1/completions": {"prompt": "hi", "max_tokens": 2},
+          "/v1/chat/completions": {"messages": HI, "max_tokens": 2},
+          "/tokenize": {"prompt": "hi"}, "/detokenize": {"tokens": [104]}}  # fmt: skip
+
+
+def _vllm_guards(path: str, routes: list[str]) -> bool:
+    """vLLM's AuthenticationMiddleware: a path under a guarded prefix (its MIN_GUARDED_PREFIXES'
+    /v1, and each registered route not public, up to its first path parameter) and not public
+    needs a key."""
+
+    def public(p: str) -> bool:
+        return any(p == q or p.startswith(q + "/") for q in VLLM_PUBLIC)
+
+    guarded = ["/v1"] + [r.split("{")[0] for r in routes if not public(r)]
+    return not public(path) and path.startswith(tuple(guarded))
+
+
+@pytest.fixture(scope="module")
+def keyed():
+    config = ServeConfig(port=0, grpc_port=0, warmup=False, drain_s=2.0, api_keys=("k1", "k2"))
+    server = Server(MockEngine(), config).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _call(server, method, path, headers):
+    return httpx.request(method, server.http_url + path, json=BODIES.get(path), headers=headers,
+                         timeout=10)  # fmt: skip
+
+
+@pytest.mark.parametrize("method, path", PATHS)
+def test_api_keys_guard_the_routes_vllm_guards(keyed, method, path):
+    routes = [r.path for r in keyed.app.routes]
+    needs_key = _vllm_guards(path, routes)
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic k1"}):
+        r = _call(keyed, method, path, headers)
+        assert (r.status_code == 401) == needs_key, (path, headers, r.status_code)
+        if needs_key:
+            error = r.json()["error"]
+            assert error["code"] == 401 and error["reason"] == "invalid_api_key"
+            assert "k1" not in r.text and r.headers["www-authenticate"] == "Bearer"
+    for key in ("Bearer k1", "bearer k2"):  # either key; the scheme in any case (RFC 6750)
+        r = _call(keyed, method, path, {"Authorization": key})
+        assert r.status_code != 401, (path, r.text)
+        assert r.status_code in (200, 404), r.text  # /v1/nowhere: a 404 once the key is right
+
+
+def test_a_cors_preflight_needs_no_key(keyed):
+    preflight = {"Origin": "http://a", "Access-Control-Request-Method": "POST"}
+    r = httpx.options(keyed.http_url + "/v1/completions", headers=preflight)
+    assert r.status_code == 200
+
+
+def test_grpc_generate_needs_the_key_as_metadata_and_health_does_not(keyed):
+    with grpc.insecure_channel(keyed.grpc_target) as channel:
+        st = pb2_grpc.GenerationStub(channel)
+        req = pb2.GenerateRequest(text="hi", max_tokens=2)
+        for metadata in ((), (("authorization", "Bearer nope"),)):
+            with pytest.raises(grpc.RpcError) as info:
+                list(st.Generate(req, timeout=10, metadata=metadata))
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert info.value.details().startswith("Unauthorized: ")
+        out = list(st.Generate(req, timeout=10, metadata=(("authorization", "Bearer k2"),)))
+        assert out[-1].finish_reason == "length"
+        assert st.HealthCheck(pb2.HealthCheckRequest(), timeout=5).models == ["mock"]
+
+
+def test_no_keys_require_nothing():
+    with running_server() as s:
+        assert httpx.get(s.http_url + "/v1/models").status_code == 200

@@ -1,6 +1,7 @@
 """`wse infer bench`: load-test an OpenAI-compatible server and report as vLLM's bench does.
 
-`bench --url URL` runs `wse_inference.demo.load_test` against a server (`wse infer serve`,
+`bench --url URL` (or vLLM's `--host` / `--port`, default 127.0.0.1:8000) runs
+`wse_inference.demo.load_test` against a server (`wse infer serve`,
 vLLM, ...) and prints request throughput, vLLM's token figures (input and generated tokens,
 input / output / total tokens/s) and TTFT / TPOT / ITL / end-to-end percentiles (vLLM's
 definitions), with vLLM's duration, concurrency, rate, goodput and peak rows
@@ -11,7 +12,8 @@ when asked: `--out FILE`, or vLLM's `--save-result` / `--result-dir` / `--result
 spellings are taken: `--base-url`, `--max-concurrency`, `--num-prompts`, `--request-rate inf`
 (its default: all at once), `--goodput`, `--percentile-metrics`, `--metric-percentiles`,
 `--backend openai-chat` / `--endpoint /v1/chat/completions`, `--temperature`, `--top-p`,
-`--top-k`, `--num-warmups`; `--save-detailed` is refused in one line (no per-request lists).
+`--top-k`, `--num-warmups`, `--label` and `--metadata KEY=VALUE ...` (saved in the JSON);
+`--save-detailed` is refused in one line (no per-request lists).
 The requests are vLLM's `--dataset-name random` or `sharegpt`, or the default `prompt`
 (`--prompt` each time), with vLLM's options (`infer_bench_data`); a bad one is one line, exit
 2, before any request, as is an --out that is the --dataset-path file (hunt 71: the dataset
@@ -37,7 +39,7 @@ import typer
 from wse_cli.commands import infer_bench_data as bd
 from wse_cli.commands import infer_bench_report as rp
 from wse_cli.errors import UserInputError, fail, printable
-from wse_cli.options import number
+from wse_cli.options import number, typed
 from wse_cli.outputs import output_file
 
 # The longest a run's sends may take on average (-n / --request-rate), --timeout-s's top: a day
@@ -78,6 +80,25 @@ def _check_url(url: str) -> None:
     if parts.query or parts.fragment:  # hunt 69: `?x=1` was a 404 naming no setting
         fail(f"--url {shown(_redacted(url))} has a {'query' if parts.query else 'fragment'}; "
              "give the server's base URL, e.g. http://127.0.0.1:8000")  # fmt: skip
+
+
+def _base_url(ctx: typer.Context, url: str | None, host: str, port: int) -> str:
+    """--url, else vLLM's `http://{host}:{port}` (an IPv6 host bracketed, as vLLM's
+    join_host_port); --url with --host or --port is one line (vLLM lets --base-url win
+    silently)."""
+    given = [f"--{n}" for n in ("host", "port") if typed(ctx, n)]
+    if url is not None and given:
+        fail(f"--url and {' and '.join(given)} each say where the server is; give --url, or "
+             "--host and --port")  # fmt: skip
+    if url is not None:
+        return url
+    if not host or any(c in host for c in "/@?#") or not host.isprintable() or " " in host:
+        from wse_core.errors import shown
+
+        fail(f"--host {shown(host)} must be a host name or address, e.g. 127.0.0.1")
+    from wse_inference.serve.addresses import netloc
+
+    return f"http://{netloc(host, port)}"
 
 
 def _check_span(rate: float, n: int) -> None:
@@ -161,7 +182,16 @@ def _unserved(e, url: str, base: str, keyed: bool) -> str:
 def bench(
     ctx: typer.Context,
     url: str = typer.Option(
-        ..., "--url", "--base-url", help="Server base URL, e.g. http://127.0.0.1:8000."
+        None,
+        "--url",
+        "--base-url",
+        help="Server base URL, e.g. http://127.0.0.1:8000 (default: http://--host:--port).",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Server host, when --url is not given (vLLM's)."
+    ),
+    port: int = number(
+        8000, "--port", kind=int, ge=1, le=65535, help="Server port, when --url is not given."
     ),
     model: str = typer.Option(None, "--model", help="Model name (default: the server's first)."),
     num_requests: int = number(64, "--num-requests", "-n", kind=int, ge=1, le=1_000_000),
@@ -231,6 +261,8 @@ def bench(
     ),
     goodput: list[str] = rp.GOODPUT,
     goodput_more: list[str] = rp.GOODPUT_MORE,
+    label: str = rp.LABEL,
+    metadata: list[str] = rp.METADATA,
     percentile_metrics: str = rp.PERCENTILE_METRICS,
     metric_percentiles: str = rp.METRIC_PERCENTILES,
     out: Path = output_file(  # hunt 71: nothing said the file was not vLLM's, nor its unit
@@ -268,6 +300,7 @@ def bench(
         run_load_test,
     )
 
+    url = _base_url(ctx, url, host, port)
     _check_url(url)
     # hunt 71: --out sg.json over --dataset-path sg.json replaced the dataset with the summary
     save_to = rp.result_path(ctx.params, dataset_path)
@@ -293,7 +326,9 @@ def bench(
              "too (without it, or at inf, every request is sent at once)")  # fmt: skip
     if request_rate is not None:
         _check_span(request_rate, num_requests)
-    slos = rp.goodput_slos(goodput, goodput_more)
+    more_goodput, more_metadata = rp.split_more(goodput_more, goodput, metadata)
+    slos = rp.goodput_slos(goodput, more_goodput)
+    rp.check_label(label)
     metrics = rp.percentile_metrics(percentile_metrics)
     percentiles = rp.metric_percentiles(metric_percentiles)
     base = url.rstrip("/")  # OpenAI's base URL convention ends in /v1 (OPENAI_BASE_URL): the
@@ -319,6 +354,9 @@ def bench(
         percentile_metrics=metrics,
         metric_percentiles=percentiles or (99.0,),  # vLLM's default
     )
+    from wse_inference.demo.load_test import summary_keys
+
+    extra = rp.metadata([*(metadata or ()), *more_metadata], summary_keys(cfg) | {"label"})
     url = _redacted(url)  # what is printed and saved from here on (no message is rewritten)
     try:
         summary = run_load_test(cfg)
@@ -328,7 +366,7 @@ def bench(
         fail(_unserved(e, url, _redacted(base), bool(api_key)))
     except DatasetError as e:  # a vocabulary not listed, no /tokenize, nothing kept
         bd.dataset_failed(e, url)
-    summary["url"] = url
+    summary.update(url=url, label=label, **extra)  # vLLM's label (null without) and metadata
     _check_served(summary, url, bool(api_key), out)
     target = None
     if rp.saves(ctx.params):

@@ -12,6 +12,10 @@ where it is saved, and the table printed.
   saves nothing without --save-result there, and says nothing: a name given is a file
   wanted). Nothing asked: nothing saved, and the last line says how to save (hunt 77: every
   run replaced ./wse_bench.json without a word). A file replaced is said.
+- `--label` (the saved name's prefix and the JSON's `label`, vLLM's) and `--metadata KEY=VALUE
+  ...` (top-level keys of the JSON, vLLM's; a key the summary holds is refused before any
+  request: `metadata`); the pairs after --goodput or --metadata (vLLM's nargs) are told apart
+  by their `=` (`split_more`).
 - `table(summary, url, metrics, ps)` is the summary as a rich Table: ours and vLLM's rows
   (the benchmark duration, the concurrency and rate, goodput, the peaks), the latencies of
   --percentile-metrics at --metric-percentiles.
@@ -27,8 +31,8 @@ import typer
 from wse_cli.errors import fail, printable
 from wse_cli.outputs import check_writable, output_dir, output_file, refuse_overlap
 
-__all__ = ["default_name", "goodput_slos", "metric_percentiles", "percentile_metrics",
-           "result_path", "saves", "table"]  # fmt: skip
+__all__ = ["check_label", "default_name", "goodput_slos", "metadata", "metric_percentiles",
+           "percentile_metrics", "result_path", "saves", "split_more", "table"]  # fmt: skip
 
 METRICS = ("ttft", "tpot", "itl", "e2el")  # load_tally.METRICS (not imported: httpx at --help)
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")  # load_tally's too (a test checks the two agree)
@@ -44,9 +48,24 @@ GOODPUT: list[str] = typer.Option(
     "request_goodput, good requests / duration in req/s (null without --goodput).",
 )
 GOODPUT_MORE: list[str] = typer.Argument(
-    None, show_default=False, metavar="KEY:ms",
-    help="More --goodput pairs, after it (vLLM's --goodput ttft:500 tpot:50).",
+    None, show_default=False, metavar="KEY:ms|KEY=VALUE",
+    help="More --goodput KEY:ms pairs or --metadata KEY=VALUE pairs, after the option (vLLM's "
+    "--goodput ttft:500 tpot:50, --metadata version=0.3.3 tp=1).",
 )  # fmt: skip
+LABEL: str = typer.Option(
+    None,
+    "--label",
+    help="vLLM's: the saved file's name prefix in place of --backend's "
+    "({label}-{rate}qps-...json) and the saved JSON's label (null without it).",
+)
+METADATA: list[str] = typer.Option(
+    None,
+    "--metadata",
+    metavar="KEY=VALUE",
+    show_default=False,
+    help="vLLM's: KEY=VALUE pairs saved as top-level keys of the JSON (values as strings), "
+    "e.g. --metadata version=0.3.3 tp=1; a key the summary holds itself is refused.",
+)
 PERCENTILE_METRICS: str = typer.Option(
     None,
     "--percentile-metrics",
@@ -83,13 +102,30 @@ SAVE_DETAILED = typer.Option(
 )
 
 
+def split_more(
+    more: list[str] | None, goodput: list[str] | None, metadata: list[str] | None
+) -> tuple[list[str], list[str]]:
+    """The arguments after the options (`more`: vLLM's nargs lists, --goodput ttft:500
+    tpot:50 and --metadata a=1 b=2) as (goodput pairs, metadata pairs): one with `=` is
+    --metadata's, one without is --goodput's, each only where that option is given; anything
+    else is one line naming it."""
+    from wse_core.errors import shown
+
+    pairs: tuple[list[str], list[str]] = ([], [])
+    for item in more or ():
+        side = int("=" in item)
+        if not (metadata if side else goodput):
+            fail(f"unexpected argument {shown(item)}: bench takes options, and --goodput's "
+                 "KEY:ms or --metadata's KEY=VALUE pairs after them, e.g. --goodput ttft:500 "
+                 "tpot:50 or --metadata version=0.3.3 tp=1")  # fmt: skip
+        pairs[side].append(item)
+    return pairs
+
+
 def goodput_slos(pairs: list[str] | None, more: list[str] | None) -> dict[str, float]:
     """--goodput's pairs (`more`: those after its first) as {metric: SLO ms}."""
     from wse_core.errors import shown
 
-    if more and not pairs:
-        fail(f"unexpected argument {shown(more[0])}: bench takes options, and --goodput's "
-             f"KEY:ms pairs after it, {_EXAMPLE}")  # fmt: skip
     slos: dict[str, float] = {}
     for pair in [*(pairs or ()), *(more or ())]:
         key, _, text = pair.partition(":")
@@ -102,6 +138,38 @@ def goodput_slos(pairs: list[str] | None, more: list[str] | None) -> dict[str, f
             fail(f"--goodput {key} is given twice ({slos[key]:g} and {ms:g} ms); give it once")
         slos[key] = ms
     return slos
+
+
+def metadata(pairs: list[str], reserved: frozenset[str]) -> dict[str, str]:
+    """--metadata's KEY=VALUE pairs as vLLM reads them (split at the first `=`, each side
+    stripped, values strings); a pair without `=` or an empty key, a key given twice with
+    two values, or one of `reserved` (the summary's own keys, which it would replace or be
+    replaced by: vLLM lets its figures win silently) is one line."""
+    from wse_core.errors import shown
+
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = (part.strip() for part in pair.partition("="))
+        if not eq or not key:
+            fail(f"--metadata {shown(pair)} is not KEY=VALUE; e.g. --metadata version=0.3.3 tp=1")
+        if key in reserved:
+            fail(f"--metadata {shown(key)} is a key the summary holds itself; give another name")
+        if out.get(key, value) != value:
+            fail(f"--metadata {shown(key)} is given twice ({shown(out[key])} and {shown(value)}); "
+                 "give it once")  # fmt: skip
+        out[key] = value
+    return out
+
+
+def check_label(label: str | None) -> None:
+    """--label, the saved file's name prefix: not empty, no path separator, printable."""
+    if label is None:
+        return
+    from wse_core.errors import shown
+
+    if not label.strip() or "/" in label or "\\" in label or not label.isprintable():
+        fail(f"--label {shown(label)} is the saved file's name prefix: give a non-empty name "
+             "without '/' or control characters")  # fmt: skip
 
 
 def _plain(text: str) -> bool:
@@ -181,14 +249,16 @@ def result_path(given: dict, dataset_path: Path | None) -> Path | None:
 
 
 def default_name(summary: dict) -> str:
-    """vLLM's --save-result name for `summary`: {backend}-{rate}qps-concurrency{c}-{model}-
-    {date}.json, the model's last path part, characters other than letters, digits and
-    `._+-` as `_` (a name from the server), at most 100 of them."""
+    """vLLM's --save-result name for `summary`: {label}-{rate}qps-concurrency{c}-{model}-
+    {date}.json, the label --label's, else the backend (vLLM's `label or args.backend`), the
+    model's last path part, characters other than letters, digits and `._+-` as `_` (a name
+    from the server), at most 100 of them."""
     rate = summary["request_rate"]
     rate = "inf" if rate == "inf" else str(float(rate))
     model = summary["model"].split("/")[-1]
     model = "".join(c if c.isascii() and (c.isalnum() or c in "._+-") else "_" for c in model)
-    return (f"{summary['backend']}-{rate}qps-concurrency{summary['concurrency']}-"
+    label = summary.get("label") or summary["backend"]
+    return (f"{label}-{rate}qps-concurrency{summary['concurrency']}-"
             f"{model[:100] or 'model'}-{summary['date']}.json")  # fmt: skip
 
 

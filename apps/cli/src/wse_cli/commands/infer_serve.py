@@ -15,7 +15,11 @@ fewer slots, said in one line at start (`load.slot_cap_line`). --chat-template-c
 is vLLM's (`chat_template.CONTENT_FORMATS`); the template is rendered on a sample chat at start
 (`chat_template.template_problem`). --allowed-origins, --allowed-methods, --allowed-headers
 (JSON lists, default ["*"]) and --allow-credentials are vLLM's CORS options
-(`wse_inference.serve.cors`); a list that is not one is refused at parsing.
+(`wse_inference.serve.cors`); a list that is not one is refused at parsing. --api-key (repeated
+for several keys; else $WSE_API_KEY, this stack's spelling of vLLM's VLLM_API_KEY) is vLLM's:
+every request to /v1/*, /tokenize, /detokenize and gRPC's Generate must carry one as a Bearer
+token (`wse_inference.serve.api_keys`); a key a client could not send (empty, a space, not
+ASCII) is refused at parsing, never echoed.
 """
 
 from __future__ import annotations
@@ -180,6 +184,15 @@ def _cors_list(option: str, what: str, example: str):
     )  # fmt: skip
 
 
+def _api_keys(values: list[str] | None) -> tuple[str, ...]:
+    """--api-key's keys (or $WSE_API_KEY's), each one a client can send in a header
+    (`api_keys.check_key`: an empty one, which would serve an open endpoint, is refused);
+    never shown in a refusal."""
+    from wse_inference.serve.api_keys import check_key
+
+    return tuple(check_key(k, "--api-key (or WSE_API_KEY)") for k in values or ())
+
+
 def _check_ports(host: str, port: int, grpc_port: int | None) -> None:
     """Refuse ports that are the same or already taken, before any engine is loaded."""
     from wse_inference.serve.addresses import listening_socket
@@ -283,6 +296,18 @@ def serve(
     allow_credentials: bool = typer.Option(
         False, "--allow-credentials", help="Allow credentials (cookies) in CORS requests."
     ),
+    api_key: list[str] = typer.Option(
+        None,
+        "--api-key",
+        envvar="WSE_API_KEY",
+        show_default=False,
+        callback=_api_keys,
+        metavar="KEY",
+        help="Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize (401 "
+        "otherwise; /health, /metrics, /version stay open) and gRPC's Generate "
+        "(UNAUTHENTICATED), as vLLM's --api-key; repeat it for several keys. Default: "
+        "$WSE_API_KEY (vLLM's VLLM_API_KEY), several separated by spaces. Never printed.",
+    ),
     preset: str = preset_option(
         "wse3", help="Wafer the tokens are predicted on (said at start): wse1, wse2, wse3"
     ),
@@ -330,6 +355,7 @@ def serve(
             allowed_headers=allowed_headers,
             allow_credentials=allow_credentials,
         ),
+        api_keys=tuple(api_key or ()),  # checked by its callback
     )
     predicted = _prediction(engine)
 

@@ -100,6 +100,7 @@ __all__ = [
     "Tally",
     "run_load_test",
     "summarize",
+    "summary_keys",
 ]
 
 
@@ -333,6 +334,13 @@ async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str, dict]:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(n, cfg.num_requests))))
         return tally, time.perf_counter() - t0, model, sample.params
+
+
+def summary_keys(cfg: LoadTestConfig) -> frozenset[str]:
+    """The top-level keys of `run_load_test(cfg)`'s summary, known before the run (the same
+    `Tally.summary`, over no request): a caller's own keys (vLLM's --metadata) checked
+    against them before any request is sent."""
+    return frozenset({"date", *Tally().summary(1.0, cfg, "")})
 
 
 def run_load_test(cfg: LoadTestConfig) -> dict:

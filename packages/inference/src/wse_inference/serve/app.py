@@ -74,6 +74,9 @@ class ServeConfig:
     # limit in force then is read (hunt 80: a default built at import read it at every request)
     limits: RequestLimits = dataclasses.field(default_factory=RequestLimits)
     cors: CorsConfig = CorsConfig()  # vLLM's --allowed-origins and the rest, its defaults
+    # vLLM's --api-key: HTTP's /v1/*, /tokenize and /detokenize and gRPC's Generate need one of
+    # these as a Bearer token (`serve.api_keys`); () : none needed
+    api_keys: tuple[str, ...] = ()
 
 
 def _freeze_startup_objects() -> None:
@@ -149,6 +152,7 @@ class Server:
             content_format=config.chat_template_content_format,
             limits=config.limits,
             cors=config.cors,
+            api_keys=config.api_keys,
         )
         self._sock = listening_socket(config.host, config.port)  # IPv6 too (hunt 75)
         self.http_url = f"http://{netloc(config.host, self._sock.getsockname()[1])}"
@@ -164,6 +168,7 @@ class Server:
                 model_names=self.model_names,
                 limits=config.limits,
                 metrics=self.metrics,
+                api_keys=config.api_keys,
             )
             self.grpc_target = netloc(config.host, port)
         self._uvicorn = _DrainingUvicorn(

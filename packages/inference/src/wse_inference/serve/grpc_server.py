@@ -14,13 +14,14 @@ is a varint past int32 in an int32 field (protobuf keeps its low 32 bits: max_to
 was read as 3), found by parsing the bytes again with every int32 field read as int64. A
 message beyond `RequestLimits.max_body_bytes` is gRPC's RESOURCE_EXHAUSTED (its
 `max_receive_message_length`). Status codes: INVALID_ARGUMENT for a bad request, NOT_FOUND
-for a model name this server does not serve (HTTP's 404), RESOURCE_EXHAUSTED when the
-admission queue is full, UNAVAILABLE while draining, INTERNAL when the engine fails, and an
-"abort" finish told as UNAVAILABLE at shutdown. A cancelled call (client cancel, deadline,
-disconnect) cancels its request, so its slot and KV cache are freed within one engine step.
-Refusals are counted in /metrics' wse_request_rejected_total by reason, as HTTP's; the final
-response carries vLLM's stop_reason (`stop_string` or `stop_token_id`; neither for the model's
-EOS).
+for a model name this server does not serve (HTTP's 404), UNAUTHENTICATED without one of the
+server's API keys (`ServeConfig.api_keys`, vLLM's --api-key: `authorization: Bearer <key>`
+metadata, as HTTP's 401), RESOURCE_EXHAUSTED when the admission queue is full, UNAVAILABLE
+while draining, INTERNAL when the engine fails, and an "abort" finish told as UNAVAILABLE at
+shutdown. A cancelled call (client cancel, deadline, disconnect) cancels its request, so its
+slot and KV cache are freed within one engine step. Refusals are counted in /metrics'
+wse_request_rejected_total by reason, as HTTP's; the final response carries vLLM's stop_reason
+(`stop_string` or `stop_token_id`; neither for the model's EOS).
 
 The thread pool has a worker for every slot and queue place plus spare ones and no limit of
 concurrent calls is set, so admission is decided by the scheduler's bounded queue (its
@@ -51,6 +52,7 @@ from wse_inference.serve.admission import (
     check_sampling,
     seed_of,
 )
+from wse_inference.serve.api_keys import KeyCheck, refusal
 from wse_inference.serve.metrics import ServeMetrics
 from wse_inference.serve.prompt_ids import text_prompt
 from wse_inference.serve.proto import load_stubs
@@ -214,8 +216,10 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
         model_names: Sequence[str],
         limits: RequestLimits,
         metrics: ServeMetrics | None = None,
+        api_keys: Sequence[str] = (),
     ) -> None:
         self.metrics = metrics  # refusals counted by reason, as HTTP's (hunt 75)
+        self.keys = KeyCheck(api_keys) if api_keys else None  # vLLM's --api-key, as HTTP's
         self.scheduler = scheduler
         self.model_names = tuple(model_names)
         self.limits = limits
@@ -260,7 +264,17 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
         if self.metrics is not None:
             self.metrics.reject(reason)
 
+    def _refuse_keyless(self, context: grpc.ServicerContext) -> None:
+        """UNAUTHENTICATED unless the call's `authorization` metadata is `Bearer <key>` of
+        the server's keys (none given: nothing asked), as HTTP's 401."""
+        if self.keys is None:
+            return
+        sent = [v for k, v in context.invocation_metadata() if k == "authorization"]
+        if not self.keys.allows(sent[0] if sent else None):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal(bool(sent)))
+
     def Generate(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+        self._refuse_keyless(context)
         if _undecodable(request) is not None:
             self._reject("invalid")
         _refuse_undecodable(request, context)
@@ -357,6 +371,7 @@ def build_grpc_server(
     model_names: Sequence[str],
     limits: RequestLimits | None = None,  # None: the scheduler's
     metrics: ServeMetrics | None = None,
+    api_keys: Sequence[str] = (),  # Generate needs `authorization: Bearer <one of them>`
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
     """An unstarted gRPC server bound to host:port, the port it got, and its standard
     grpc.health.v1 service (`enter_graceful_shutdown()` when draining).
@@ -370,7 +385,7 @@ def build_grpc_server(
     pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wse-grpc")
     server = grpc.server(pool, options=[("grpc.max_receive_message_length", limits.max_body_bytes)])
     server.add_generic_rpc_handlers(
-        (_handlers(_Generation(scheduler, model_names, limits, metrics)),)
+        (_handlers(_Generation(scheduler, model_names, limits, metrics, api_keys)),)
     )
     checks = health.HealthServicer(experimental_non_blocking=True)
     for service in ("", pb2.DESCRIPTOR.services_by_name["Generation"].full_name):

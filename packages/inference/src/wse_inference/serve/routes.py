@@ -33,9 +33,13 @@ A response to a request from an allowed Origin carries the CORS headers of `Serv
 CORS preflight (OPTIONS) is answered by Starlette's CORSMiddleware, not a 405; an unhandled
 error's 500 is sent by Starlette's outermost layer, outside it, without them.
 
+With API keys (`ServeConfig.api_keys`, vLLM's `--api-key`), a request to /v1/*, /tokenize
+or /detokenize without `Authorization: Bearer <one of them>` is a 401
+(`wse_inference.serve.api_keys`); /health, /metrics and /version stay open, as vLLM's.
+
 `build_app(scheduler, metrics, model_names=..., chat_template=..., content_format=...,
-limits=..., cors=...)` returns the app over a started scheduler; `wse_inference.serve.app.Server`
-runs it under uvicorn.
+limits=..., cors=..., api_keys=...)` returns the app over a started scheduler;
+`wse_inference.serve.app.Server` runs it under uvicorn.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from wse_inference.serve.admission import (
     RequestLimits,
     ShuttingDownError,
 )
+from wse_inference.serve.api_keys import add_api_keys
 from wse_inference.serve.cors import CorsConfig, add_cors
 from wse_inference.serve.generation import Generation
 from wse_inference.serve.http_body import ClientGone, read_json, refusal_response, run_off_loop
@@ -89,6 +94,7 @@ def build_app(
     content_format: str = "auto",
     limits: RequestLimits | None = None,  # None: the scheduler's
     cors: CorsConfig = CorsConfig(),
+    api_keys: Sequence[str] = (),  # vLLM's --api-key: one of them required (`api_keys`)
 ) -> FastAPI:
     """The FastAPI app over a started scheduler; see the module docstring."""
     limits = scheduler.limits if limits is None else limits
@@ -104,6 +110,8 @@ def build_app(
     _add_generation_routes(app, scheduler, metrics, model_names, chat, limits)
     _add_tokenizer_routes(app, scheduler.engine, metrics, model_names, chat, limits)
     _add_status_routes(app, scheduler, metrics, model_names, started)
+    # innermost: a 401 carries the X-Request-Id echo and the CORS headers, as other errors do
+    add_api_keys(app, api_keys)
     app.add_middleware(_EchoRequestId)
     add_cors(app, cors)  # vLLM's: a browser's preflight and Origin answered (hunt 74)
     return app
