@@ -247,7 +247,8 @@ def test_a_resume_over_a_grown_corpus_says_so(tmp_path, base):
     assert said == [
         f"note: the training data is not the data the checkpoint was trained on ({then:,} "
         f"rows there, {rows(now):,} here: train_input.data_dir, max_corpus_bytes or the files "
-        f"changed); its position (epoch {epoch}, batch {index}) is kept over the new rows' "
+        f"changed); its position (epoch {epoch}, row {index * config.train_input.batch_size}) "
+        "is kept over the new rows' "
         "shuffled order, "
         "so rows it trained on may come again and others be skipped before the epoch ends; "
         "resume over the same data to continue its order"

@@ -278,8 +278,12 @@ def test_eval_steps_left_out_evaluates_the_whole_split(evaluated):
         want = [hf(input_ids=b, labels=b).loss.item() for b in batches]
     (record,) = _records(run, "eval").values()
     assert n > 4 and record["loss"] == pytest.approx(np.mean(want), abs=1e-5)  # before: 4
-    said = "the whole eval split (eval_input.eval_steps unset)"
-    assert f"evaluating {n} batches of 4: {said}" in lines
+    held, total = n * bsz, len(rows)  # hunt 81: the sequences a last partial batch drops, said
+    said = f"{held} of the eval split's {total} sequences; the last {total - held} make no whole "
+    said += "batch and are not evaluated (ModelZoo's drop_last)"
+    if held == total:
+        said = f"the whole eval split, {total} sequences"
+    assert f"evaluating {n} batches of 4: {said} (eval_input.eval_steps unset)" in lines
     priced = rf"predicted eval pass .* for {n} batch\(es\) of 4 x 32 tokens"
     assert re.search(priced, "\n".join(lines))  # the prediction prices the batches it runs
     saved = yaml.safe_load((run / "eval" / "params_eval.yaml").read_text())
@@ -287,7 +291,8 @@ def test_eval_steps_left_out_evaluates_the_whole_split(evaluated):
     again: list[str] = []  # a number given: that many, said against the split's
     result = run_on_preset(load_config(_eval_params(tmp), ["eval_input.eval_steps=2"]),
                            echo=again.append)  # fmt: skip
-    assert f"evaluating 2 of {n} batches of 4: eval_input.eval_steps=2" in again
+    said = f"2 of {n} batches of 4: 8 of the eval split's {total} sequences"
+    assert f"evaluating {said} (eval_input.eval_steps=2)" in again
     assert result.eval_loss == pytest.approx(np.mean(want[:2]), abs=1e-5)
 
 

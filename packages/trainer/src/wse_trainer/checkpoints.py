@@ -16,7 +16,10 @@ training loop calls every step, or by the next `save`, `wait` or `close`), proce
 rename and the seal) is incomplete too; a step written before seals existed is judged by its
 restore alone.
 `read_step(ckpt, step, like, ...)` is the one verified read: the seal, then orbax's restore,
-then the meta's keys; it returns a `StepRead` or the problem as one line.
+then the meta's keys; it returns a `StepRead` or the problem as one line. With `partial`,
+`like` is part of the state (the weights alone, for a fine-tune start that loads no optimizer
+state: `runconfig.load_checkpoint_states`) and only that part is read, orbax's
+`PyTreeRestore(partial_restore=True)`, whatever optimizer state the step holds.
 `newest_readable(folder, steps, like, ...)` tries `steps` newest first and returns the first
 that reads back with the problems of the newer ones.
 
@@ -130,16 +133,21 @@ def _one_line(e: BaseException) -> str:
 
 
 def read_step(
-    ckpt: Checkpointer, step: int, like: Any, *, meta_keys: Iterable[str] = ()
+    ckpt: Checkpointer,
+    step: int,
+    like: Any,
+    *,
+    meta_keys: Iterable[str] = (),
+    partial: bool = False,
 ) -> StepRead | str:
-    """Step `step` verified and restored (state shaped like `like`), or why it cannot be
-    used as one line: its seal, orbax's restore, the seal its meta promised, then the
-    presence of `meta_keys`."""
+    """Step `step` verified and restored (state shaped like `like`; `partial`: the part of
+    the state `like` is), or why it cannot be used as one line: its seal, orbax's restore,
+    the seal its meta promised, then the presence of `meta_keys`."""
     problem = step_problem(ckpt.step_dir(step))
     if problem is not None:
         return problem
     try:
-        state, meta = ckpt.restore(step, like)
+        state, meta = ckpt.restore(step, like, partial=partial)
     except MemoryError:
         raise
     except Exception as e:  # whatever orbax or tensorstore raise on a broken step
@@ -250,14 +258,21 @@ class Checkpointer:
         self._unsealed.append(step)
         self._needed = needed
 
-    def restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any]]:
-        """The state (shaped like `like`) and meta of checkpoint `step`."""
+    def restore(self, step: int, like: Any, *, partial: bool = False) -> tuple[Any, dict[str, Any]]:
+        """The state (shaped like `like`; `partial`: only the part of it `like` is, the
+        rest of the step unread) and meta of checkpoint `step`."""
         target = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_global(like))
+        state = (  # each leaf where `like`'s lies, as StandardRestore places them
+            ocp.args.PyTreeRestore(
+                target,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                partial_restore=True,
+            )
+            if partial
+            else ocp.args.StandardRestore(target)
+        )
         out = self.manager.restore(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()
-            ),
+            step, args=ocp.args.Composite(state=state, meta=ocp.args.JsonRestore())
         )
         return _to_local(out["state"]), dict(out["meta"])
 
@@ -347,15 +362,21 @@ def committed_steps(folder: Path) -> list[int]:
 
 
 def newest_readable(
-    folder: Path, steps: Iterable[int], like: Any, *, meta_keys: Iterable[str] = ()
+    folder: Path,
+    steps: Iterable[int],
+    like: Any,
+    *,
+    meta_keys: Iterable[str] = (),
+    partial: bool = False,
 ) -> tuple[int, StepRead | None, list[tuple[int, str]]]:
-    """The newest of `steps` in `folder` that `read_step` reads back, as (step, StepRead),
-    and the newer ones that do not, as [(step, problem)]; (0, None, problems) if none does."""
+    """The newest of `steps` in `folder` that `read_step` reads back (`partial`: the part
+    of the state `like` is), as (step, StepRead), and the newer ones that do not, as
+    [(step, problem)]; (0, None, problems) if none does."""
     bad: list[tuple[int, str]] = []
     reader = Checkpointer(folder, read_only=True)
     try:
         for step in sorted(steps, reverse=True):
-            got = read_step(reader, step, like, meta_keys=meta_keys)
+            got = read_step(reader, step, like, meta_keys=meta_keys, partial=partial)
             if isinstance(got, StepRead):
                 return step, got, bad
             bad.append((step, got))

@@ -136,6 +136,9 @@ class RunConfig:
     # ModelZoo's; false: no resume from model_dir's newest step, refused only where there is
     # one and no checkpoint_path (`modelzoo_runconfig.autoload_problem`)
     autoload_checkpoint: bool = True
+    # ModelZoo's: the components of checkpoint_path's step loaded (comma-separated); None or
+    # "all": every one; "model": its weights alone, from step 0 (`modelzoo_runconfig`)
+    load_checkpoint_states: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

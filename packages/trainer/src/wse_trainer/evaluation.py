@@ -6,9 +6,12 @@ Contract. `packed_rows(tok, texts, seq_len)` is a split's documents tokenized an
 batch a ConfigError. `evaluate(s)` is the mean eval loss and the next-token top-1 accuracy
 (`EvalMetrics`; ModelZoo's eval loss and `eval/accuracy`, hunt 80) over the first
 `eval_steps` batches of a `session.Session`'s eval split (all the split holds when it holds
-fewer: the run says so, `eval_note`); eval_steps left out is the whole split, as ModelZoo's
-`run_cstorch_eval` (hunt 72: 4 batches were): the Session's config holds it resolved once the
-split is read. `log_eval` writes one to metrics.jsonl, TensorBoard's eval/ and the run log;
+fewer: the run says so, `eval_note`); eval_steps left out is every whole batch of the split,
+as ModelZoo's `run_cstorch_eval` (hunt 72: 4 batches were): the Session's config holds it
+resolved once the split is read. A last partial batch is dropped, as ModelZoo's `drop_last`,
+and `eval_note` says how many of the split's sequences are evaluated (hunt 81: it called 30 of
+53 "the whole eval split"). `log_eval` writes one to metrics.jsonl, TensorBoard's eval/ and
+the run log;
 `replaced` and `held_accuracy` read the eval of a step on record (a rerun's, a `mode: eval`
 of a step evaluated before: its record replaced, never a second one, hunt 80).
 """
@@ -119,20 +122,40 @@ def held_accuracy(log: Any, step: int) -> float | None:
 
 
 def eval_note(s: Any) -> str | None:
-    """The line saying how many batches each evaluation covers (hunt 72: 4 of 81, unsaid),
-    or None where it evaluates nothing. eval_steps past the split's batches is a note, not a
-    refusal (hunt 70: 100 asked, 4 evaluated, unsaid): the batches are known only once the
-    split is tokenized, and the whole split is a sound evaluation (ModelZoo's default)."""
+    """The line saying how many batches, and of the split's sequences how many, each
+    evaluation covers (hunt 72: 4 of 81 batches, unsaid; hunt 81: the rows a last partial
+    batch drops were unsaid), or None where it evaluates nothing. eval_steps past the
+    split's batches is a note, not a refusal (hunt 70: 100 asked, 4 evaluated, unsaid): the
+    batches are known only once the split is tokenized, and every whole batch of the split
+    is a sound evaluation (ModelZoo's default)."""
     if s.eval_rows is None:
         return None
-    asked, bsz = s.eval_steps_given, s.config.eval_input.batch_size
-    held = len(s.eval_rows) // bsz
+    asked, bsz, rows = s.eval_steps_given, s.config.eval_input.batch_size, len(s.eval_rows)
+    held = rows // bsz
     some = f"batch{'es' * (held != 1)} of {bsz:,}"
     if asked is None:
-        return f"evaluating {held:,} {some}: the whole eval split (eval_input.eval_steps unset)"
+        covered = _covered(held, bsz, rows)
+        return f"evaluating {held:,} {some}: {covered} (eval_input.eval_steps unset)"
     if asked <= held:
-        return f"evaluating {asked:,} of {held:,} {some}: eval_input.eval_steps={asked:,}"
+        return (
+            f"evaluating {asked:,} of {held:,} {some}: {_covered(asked, bsz, rows)} "
+            f"(eval_input.eval_steps={asked:,})"
+        )
     return (
         f"note: eval_input.eval_steps={asked:,} but the eval split holds {held:,} {some}; "
-        f"evaluating {held:,}"
+        f"evaluating {held:,}: {_covered(held, bsz, rows)}"
     )
+
+
+def _covered(batches: int, bsz: int, rows: int) -> str:
+    """What `batches` batches of `bsz` are of an eval split of `rows` sequences, in words:
+    the whole split, or how many of its sequences, and the last partial batch dropped."""
+    evaluated, tail = batches * bsz, rows % bsz
+    if evaluated == rows:
+        return f"the whole eval split, {rows:,} sequence{'s' * (rows != 1)}"
+    said = f"{evaluated:,} of the eval split's {rows:,} sequences"
+    if evaluated + tail == rows:  # every whole batch: the rest is the partial one
+        said += (
+            f"; the last {tail:,} make no whole batch and are not evaluated (ModelZoo's drop_last)"
+        )
+    return said

@@ -338,6 +338,14 @@ class MemoryX:
         self.params = {k: jax.device_put(v, self.device) for k, v in tree["params"].items()}
         self.opt_state = {k: jax.device_put(v, self.device) for k, v in tree["opt_state"].items()}
 
+    def load_params(self, params: Mapping[str, Any]) -> None:
+        """Master weights by group (`state_tree()["params"]`) under a fresh optimizer state,
+        `tx.init` of them, as a new optimizer built on loaded weights: a fine-tune start."""
+        self.params = {k: jax.device_put(v, self.device) for k, v in params.items()}
+        self.opt_state = {
+            k: jax.device_put(self.tx.init(v), self.device) for k, v in self.params.items()
+        }
+
     @property
     def master_bytes(self) -> int:
         return sum(x.nbytes for x in jax.tree.leaves(self.params))

@@ -24,11 +24,33 @@ refused, "run --mode eval once per step"). `eval_all_problem(runconfig, steps)` 
 for a model_dir whose checkpoints/ holds no step, or a checkpoint_path (one checkpoint: mode
 eval's), else None; asked by `session.check_inputs`, so before JAX is imported.
 
-`runconfig_read(data)` is the runconfig mapping with `autoload_checkpoint` and the null epoch
-keys read, or the line why it cannot be; `autoload_problem(runconfig, steps)` the line for
-`false` where the model_dir's committed `steps` would be loaded. The reader
-(`wse_trainer.config`) imports it; a `key=null` override of a key in `READ_AS_RUNS` is no
-unknown key (`override_nulls`).
+ModelZoo's `load_checkpoint_states` (hunt 81: refused as an unknown key, "did you mean
+'checkpoint_steps'?") is `RunConfig.load_checkpoint_states`: the comma-separated components of
+the `checkpoint_path` step that are loaded, of ModelZoo's (`CHECKPOINT_STATES`, its run flow's
+`checkpoint_states_to_load`: model, optimizer, dataloader, grad_scaler, lr_scheduler,
+global_step, sparsity); null or "all" (its default) loads every one. "model" is the fine-tune
+start ModelZoo's params table describes: the checkpoint's weights into a fresh optimizer
+state, training from step 0, the data from the start, so another optimizer_type than the
+checkpoint's runs (`wse_trainer.resume`, `run_folder.check_resume`); "model,dataloader" keeps
+the data position too. Here the optimizer state, the learning-rate schedule and the global
+step are one state (optax's update count, in the optimizer state, is the schedule's step and
+Adam's bias correction's), so `TRAINING_STATE` is loaded whole or not at all, and "model" is
+always loaded (a start without the checkpoint's weights is a run without checkpoint_path);
+grad_scaler and sparsity name state no run here has (no loss scaling, no sparsity) and load
+nothing. ModelZoo's older `is_pretrained_checkpoint: true` (its run.py's
+`--is_pretrained_checkpoint`: step 0, the optimizer state ignored) is read as
+`load_checkpoint_states: model`; false or null is dropped. `checkpoint_states(value)` is the
+set named (None: all); `loads_training_state` / `loads_data` what a start restores;
+`states_problem(runconfig)` the line for a start that names components but no checkpoint_path
+(ModelZoo: "used in conjunction with checkpoint_path"; an eval reads the weights whatever it
+names), asked by `session.check_inputs`.
+
+`runconfig_read(data)` is the runconfig mapping with `autoload_checkpoint`, the null epoch
+keys and `is_pretrained_checkpoint` read, and `load_checkpoint_states` checked, or the line
+why one cannot be (the key dropped); `autoload_problem(runconfig, steps)` the line for `false`
+where the model_dir's committed `steps` would be loaded. The reader (`wse_trainer.config`)
+imports it; a `key=null` override of a key in `READ_AS_RUNS` is no unknown key
+(`override_nulls`).
 """
 
 from __future__ import annotations
@@ -37,27 +59,144 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from wse_core.errors import shown_value
+from wse_core.errors import shown, shown_value, suggest
 
-__all__ = ["READ_AS_RUNS", "autoload_problem", "eval_all_problem", "runconfig_read"]
+__all__ = ["CHECKPOINT_STATES", "READ_AS_RUNS", "TRAINING_STATE", "autoload_problem",
+           "checkpoint_states", "eval_all_problem", "loads_data", "loads_training_state",
+           "runconfig_read", "states_problem"]  # fmt: skip
 
 AUTOLOAD = "autoload_checkpoint"
 EPOCHS = ("num_epochs", "steps_per_epoch")  # null: unset, dropped; a value: refused
+STATES, PRETRAINED = "load_checkpoint_states", "is_pretrained_checkpoint"
 # keys whose null is read and dropped, never unknown
-READ_AS_RUNS = frozenset({("runconfig", k) for k in (AUTOLOAD, *EPOCHS)})
+READ_AS_RUNS = frozenset({("runconfig", k) for k in (AUTOLOAD, *EPOCHS, PRETRAINED)})
+# The components `load_checkpoint_states` may name: ModelZoo's (Cerebras/modelzoo's cstorch
+# run flow, `checkpoint_states_to_load`, and its runconfig params table), "all" besides
+CHECKPOINT_STATES = ("model", "optimizer", "dataloader", "grad_scaler", "lr_scheduler",
+                     "global_step", "sparsity")  # fmt: skip
+# One state here (module doc): optax's update count is the schedule's step and the global one
+TRAINING_STATE = frozenset({"optimizer", "lr_scheduler", "global_step"})
+_WHOLE = TRAINING_STATE | {"model", "dataloader"}  # every component a checkpoint here holds
 
 
 def runconfig_read(data: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     """(the runconfig mapping with a null `autoload_checkpoint` and null epoch keys dropped,
-    None), or (it, the line why its `autoload_checkpoint` is no boolean) (module doc)."""
-    out = {k: v for k, v in data.items() if not (k in (AUTOLOAD, *EPOCHS) and v is None)}
+    `is_pretrained_checkpoint` read, None), or (it without the key that cannot be read, the
+    line why) (module doc)."""
+    nulls = (AUTOLOAD, *EPOCHS, PRETRAINED, STATES)
+    out = {k: v for k, v in data.items() if not (k in nulls and v is None)}
     value = data.get(AUTOLOAD)
-    if value is None or isinstance(value, bool):
-        return out, None
-    return out, (  # review 80: "(true ... is what runs here)" outlived false running too
-        f"runconfig.autoload_checkpoint must be true or false, got {shown_value(value)} (true, "
-        "ModelZoo's default, resumes from model_dir's newest checkpoint; false starts from "
-        "scratch in a new model_dir, or from --checkpoint-path's step)"
+    if not (value is None or isinstance(value, bool)):
+        out.pop(AUTOLOAD)
+        return out, (  # review 80: "(true ... is what runs here)" outlived false running too
+            f"runconfig.autoload_checkpoint must be true or false, got {shown_value(value)} "
+            "(true, ModelZoo's default, resumes from model_dir's newest checkpoint; false "
+            "starts from scratch in a new model_dir, or from --checkpoint-path's step)"
+        )
+    why = _states_read(out)
+    if why is not None:
+        out.pop(STATES, None)
+    return out, why
+
+
+def _states_read(out: dict[str, Any]) -> str | None:
+    """`out` with `is_pretrained_checkpoint` moved to `load_checkpoint_states` and a list of
+    components joined; the line why either cannot be read, or None."""
+    pretrained, states = out.pop(PRETRAINED, None), out.get(STATES)
+    if pretrained is not None and not isinstance(pretrained, bool):
+        return (
+            f"runconfig.is_pretrained_checkpoint must be true or false, got "
+            f"{shown_value(pretrained)} (true: the checkpoint's weights alone, from step 0, as "
+            "runconfig.load_checkpoint_states: model)"
+        )
+    if isinstance(states, list) and all(isinstance(k, str) for k in states):
+        states = out[STATES] = ",".join(states)  # ModelZoo's Trainer takes a list too
+    if pretrained:
+        if states is not None and checkpoint_states(str(states)) != {"model"}:
+            return (
+                f"runconfig.is_pretrained_checkpoint true loads the checkpoint's model alone, "
+                f"and runconfig.load_checkpoint_states {shown_value(states)} says otherwise; "
+                "give one of them (ModelZoo deprecated is_pretrained_checkpoint for "
+                "load_checkpoint_states)"
+            )
+        out[STATES] = states = "model"
+    if states is None:
+        return None
+    if not isinstance(states, str):
+        return (
+            f"runconfig.load_checkpoint_states must be text, got {shown_value(states)}: the "
+            f"comma-separated components to load ({', '.join(CHECKPOINT_STATES)}), or all"
+        )
+    return _names_problem(states)
+
+
+def checkpoint_states(value: str | None) -> frozenset[str] | None:
+    """The components `load_checkpoint_states` names, or None for all of them (null, "all",
+    or every component a checkpoint here holds)."""
+    if value is None or value.strip() == "all":
+        return None
+    names = frozenset(k.strip() for k in value.split(","))
+    return None if _WHOLE <= names else names
+
+
+def loads_training_state(value: str | None) -> bool:
+    """Whether a start restores the optimizer state, its schedule's step and the global step
+    (`TRAINING_STATE`): False for a fine-tune start (step 0, a fresh optimizer state)."""
+    names = checkpoint_states(value)
+    return names is None or TRAINING_STATE <= names
+
+
+def loads_data(value: str | None) -> bool:
+    """Whether a start restores the checkpoint's data position (ModelZoo's "dataloader")."""
+    names = checkpoint_states(value)
+    return names is None or "dataloader" in names
+
+
+def _names_problem(value: str) -> str | None:
+    """The line why `load_checkpoint_states` `value` cannot run here, or None."""
+    names = checkpoint_states(value)
+    if names is None:
+        return None
+    where = f"runconfig.load_checkpoint_states {shown(value)}"
+    unknown = sorted(names - set(CHECKPOINT_STATES))
+    if unknown:
+        name = unknown[0]
+        return (
+            f"{where} names {shown(name)}, no checkpoint component"
+            f"{suggest(name, CHECKPOINT_STATES)}; give some of {', '.join(CHECKPOINT_STATES)} "
+            "(comma-separated, as ModelZoo's), or all"
+        )
+    if "model" not in names:
+        return (
+            f"{where} loads no model: a run here starts from a checkpoint's weights; add model "
+            "(model: a fine-tune from step 0), or leave --checkpoint-path out to start from "
+            "initial weights"
+        )
+    some = sorted(TRAINING_STATE & names)
+    if some and not TRAINING_STATE <= names:
+        return (
+            f"{where} loads {', '.join(some)} without "
+            f"{', '.join(sorted(TRAINING_STATE - names))}: here the optimizer state holds the "
+            "update count that is the learning-rate schedule's step and the global step, so "
+            "the three load together: give model,optimizer,lr_scheduler,global_step (a resume; "
+            "dataloader too to keep the data position), or model (a fine-tune from step 0)"
+        )
+    return None
+
+
+def states_problem(runconfig: Any) -> str | None:
+    """The line for a `load_checkpoint_states` other than all on a train with no
+    checkpoint_path (module doc), or None."""
+    value = runconfig.load_checkpoint_states
+    if checkpoint_states(value) is None or runconfig.checkpoint_path:
+        return None
+    if runconfig.mode in ("eval", "eval_all"):  # an eval reads the weights, nothing else
+        return None
+    return (
+        f"runconfig.load_checkpoint_states {shown(value)} names what to load from "
+        "runconfig.checkpoint_path, and none is given: give the step to start from with "
+        "--checkpoint-path (a fine-tune: <pretrained run>/checkpoints/<step>) and a new "
+        "model_dir (-o), or leave the key out (a run resumes its model_dir's newest step whole)"
     )
 
 

@@ -3,6 +3,13 @@
 `open_checkpoints(s)` restores the newest checkpoint that reads back (or `--checkpoint-path`'s)
 into the session: weights, optimizer state, RNG and data position (the state and meta that
 `Session.state` / `Session.meta` save); one of another tokenizer or model is a ConfigError.
+`runconfig.load_checkpoint_states` (ModelZoo's; `modelzoo_runconfig`) may name less: "model"
+reads the step's weights alone (`checkpoints.read_step(partial=True)`, whatever optimizer
+state it holds) into a fresh optimizer state and starts at step 0 (hunt 81: a fine-tune
+start was impossible), "dataloader" beside it keeps the data position, and leaving dataloader
+out of a resume starts the data afresh; the run's log says what was loaded. The data
+position is kept in rows (`BatchIterator`), a position saved before it was read at the saved
+config's batch size.
 Newer steps that are corrupt, or come after the start step, are moved aside with a line each,
 never deleted (`wse_trainer.checkpoints`); an eval moves nothing (it reads). A step whose
 meta holds another step than its folder's name is a ConfigError, never resumed under it.
@@ -25,6 +32,7 @@ import yaml
 from wse_core.host.distributed import barrier
 
 from wse_trainer.config import ConfigError
+from wse_trainer.modelzoo_runconfig import loads_data, loads_training_state
 from wse_trainer.resume_checks import check_export, check_tokenizer, resolved
 from wse_trainer.session import Session
 
@@ -72,7 +80,11 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
     if got is not None:
         moved = _restore(s, got, folder / str(start))  # other rows than it indexed: said
         notes += [moved] if moved and not reads else []  # an eval takes no batch of them
-    elif reads:  # as ModelZoo says it (hunt 62: an eval of random weights ran without a word)
+    origin = f"step {start}"
+    if got is not None and not loads_training_state(run_cfg.load_checkpoint_states) and not reads:
+        notes.append(_fresh_note(s, folder / str(start)))
+        origin, start = f"step {start}'s weights at step 0", 0  # a fine-tune (ModelZoo's)
+    elif got is None and reads:  # as ModelZoo says it (hunt 62: random weights, no word)
         notes.append("No checkpoint was provided. Using randomly initialized model parameters.")
     # steps after the start, and the start step itself when it came from another run's folder
     later = [t for t in steps if (t > start or (t == start and folder != own))]
@@ -80,7 +92,7 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
     for step in later:
         where = move_aside(own / str(step), "superseded")
         source = "" if folder == own else f" of {folder}"
-        notes.append(f"starting from step {start}{source}: moved step {step} of {own} to {where}")
+        notes.append(f"starting from {origin}{source}: moved step {step} of {own} to {where}")
     barrier("wse_trainer: checkpoints moved aside")
     return Checkpointer(own, keep=run_cfg.keep_checkpoint_max, read_only=reads), start, notes
 
@@ -95,42 +107,90 @@ def _read_start(s: Session, own: Path, steps: list[int]) -> tuple[int, Any, list
 
     run_cfg = s.config.runconfig
     where = "--checkpoint-path" if run_cfg.checkpoint_path else f"model_dir {run_cfg.model_dir!r}"
+    like, partial = _like(s)
     if run_cfg.checkpoint_path:
         folder, start = resolve_checkpoint(run_cfg.checkpoint_path)
-        _, got, bad = newest_readable(folder, [start], s.state(), meta_keys=_META_KEYS)
+        _, got, bad = newest_readable(folder, [start], like, meta_keys=_META_KEYS, partial=partial)
         if bad:
             raise ConfigError(f"checkpoint step {start} in {folder} cannot be used: {bad[0][1]}")
     else:
         folder = own
-        start, got, bad = newest_readable(own, steps, s.state(), meta_keys=_META_KEYS)
+        start, got, bad = newest_readable(own, steps, like, meta_keys=_META_KEYS, partial=partial)
     problem = None if got is None else misnamed(folder / str(start), got.meta, where)
     if problem is not None:
         raise ConfigError(problem)
     return start, got, bad, folder
 
 
+def _like(s: Session) -> tuple[Any, bool]:
+    """(what a start reads, shaped as the session's state; whether that is part of the
+    step): the whole state, or the weights alone where `load_checkpoint_states` leaves the
+    training state out."""
+    state = s.state()
+    if loads_training_state(s.config.runconfig.load_checkpoint_states):
+        return state, False
+    return {"memx": {"params": state["memx"]["params"]}}, True
+
+
 def _restore(s: Session, got: Any, step: Path) -> str | None:
     """Load a verified checkpoint (`checkpoints.StepRead`) of folder `step`: weights,
-    optimizer state, RNG and data position; one of another tokenizer or model is a
-    ConfigError. Returns the note of a position restored over other rows than it indexed
-    (`BatchIterator.restore`), or None."""
+    optimizer state, RNG and data position, or what `load_checkpoint_states` names (the
+    weights alone: a fresh optimizer state, `MemoryX.load_params`); one of another tokenizer
+    or model (a field that shapes the parameters: `resume_checks.shaping_diff`) is a ConfigError.
+    Returns the note of a position restored over other rows than it indexed, or at another
+    batch size (`BatchIterator.restore`), or None."""
     import json
 
     import jax
 
+    from wse_trainer.resume_checks import shaping_diff
+
     tok = s.dir / "tokenizer.json"
     check_tokenizer(s.config, step, got.meta["tokenizer_sha256"], tok, trained=True, mine=s.tok_id)
     ours = json.loads(json.dumps(dataclasses.asdict(s.model)))
-    theirs = got.meta["model"]
-    if theirs != ours:
-        diff = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    diff = shaping_diff(ours, got.meta["model"])  # `check_resume` said the others
+    if diff:
         raise ConfigError(
             f"the checkpoint holds another model (model.{', model.'.join(diff)} differ); "
             "use the config it was trained with or another model_dir"
         )
-    s.trainer.memx.load_state_tree(got.state["memx"])
-    s.key = jax.random.wrap_key_data(got.state["rng"])
-    return s.iterator.restore(got.meta["data"])
+    memx = got.state["memx"]
+    if "opt_state" in memx:
+        s.trainer.memx.load_state_tree(memx)
+        s.key = jax.random.wrap_key_data(got.state["rng"])
+    else:
+        s.trainer.memx.load_params(memx["params"])
+    if not loads_data(s.config.runconfig.load_checkpoint_states):
+        return None  # the data from the start, as ModelZoo's dataloader not loaded
+    return s.iterator.restore(_data_state(got.meta))
+
+
+def _data_state(meta: dict[str, Any]) -> dict[str, Any]:
+    """The meta's data position, with the batch size it was taken at where it was saved
+    before positions held it (the saved config's): read in rows (`BatchIterator.restore`)."""
+    data = dict(meta["data"])
+    config = meta.get("config")
+    inp = config.get("train_input") if isinstance(config, dict) else None
+    saved = inp.get("batch_size") if isinstance(inp, dict) else None
+    if "batch_size" not in data and isinstance(saved, int):
+        data["batch_size"] = saved
+    return data
+
+
+def _fresh_note(s: Session, step: Path) -> str:
+    """The line of a start that loaded checkpoint `step`'s weights without its training
+    state (`load_checkpoint_states`): what starts afresh."""
+    states = s.config.runconfig.load_checkpoint_states
+    data = "the data from the start of its order"
+    if loads_data(states):
+        at = f"row {s.iterator.taken:,} of epoch {s.iterator.epoch}"
+        data = f"the data from the checkpoint's position ({at})"
+    return (
+        f"starting from checkpoint step {step.name}'s weights ({step}): "
+        f"runconfig.load_checkpoint_states={states}, so a fresh "
+        f"{s.config.optimizer.optimizer_type} optimizer state, the learning-rate schedule and "
+        f"the global step start at step 0, {data}"
+    )
 
 
 def nothing_to_train(step: int, max_steps: int) -> str:

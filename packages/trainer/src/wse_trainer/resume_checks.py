@@ -1,17 +1,23 @@
 """The checks a resume asks before any data is read (hunt 70), apart from `resume` and
 `run_folder` so both ask them without importing each other: `resolved(path)` (one folder by
 any spelling is one path), `check_tokenizer` (a checkpoint of another tokenizer, naming the
-tokenizer.json to copy in) and `check_export` (a --checkpoint-path that trains nothing but
-would move the run's newer steps aside)."""
+tokenizer.json to copy in), `check_export` (a --checkpoint-path that trains nothing but
+would move the run's newer steps aside) and `check_model` (a checkpoint of another model: in
+any field for a train in its own model_dir, else in a field that shapes the parameters,
+`shaping_diff`; hunt 81: llama's max_seq_len and rope_theta, norm_eps and the compute dtype
+were refused as "another model" though the same tree and shapes restore, now said in a
+note)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from wse_trainer.config import ConfigError
 
-__all__ = ["check_export", "check_tokenizer", "resolved"]
+__all__ = ["PARAM_FIELDS", "check_export", "check_model", "check_tokenizer", "resolved",
+           "shaping_diff"]  # fmt: skip
 
 
 def resolved(path: str | Path) -> Path:
@@ -81,3 +87,68 @@ def check_export(config: Any, step: Path, mine: bool, own: list[int]) -> None:
             f"metrics.jsonl at step {start}; to export step {start} give a new model_dir (-o), "
             "or raise runconfig.max_steps to train on from it"
         )
+
+
+# The model fields that shape the parameter tree a checkpoint holds (`wse_models.init_params`:
+# the embedding, each layer's matrices and norms, the head, stored in param_dtype); n_heads
+# and n_kv_heads also split the attention matrices into heads. GPT-2's max_seq_len sizes its
+# learned position table (`shaping_diff`); Llama's sizes nothing (rotary positions), nor do
+# rope_theta, rope_scaling, norm_eps, the compute dtype or mlp_activation (hunt 81).
+PARAM_FIELDS = ("arch", "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff",
+                "head_dim", "tie_embeddings", "param_dtype")  # fmt: skip
+GPT2_POSITIONS = "max_seq_len"  # a GPT-2's (max_seq_len, d_model) position table
+
+
+def shaping_diff(want: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """The fields of `PARAM_FIELDS` (and GPT-2's max_seq_len) in which two models' saved
+    fields (`dataclasses.asdict` of `wse_models.ModelConfig`) differ; head_dim compared as
+    resolved (None: d_model // n_heads)."""
+    gpt2 = "gpt2" in (want.get("arch"), got.get("arch"))
+    fields = [*PARAM_FIELDS, *([GPT2_POSITIONS] if gpt2 else [])]
+    return [k for k in fields if _resolved(want, k) != _resolved(got, k)]
+
+
+def _resolved(model: dict[str, Any], key: str) -> Any:
+    value = model.get(key)
+    if key == "head_dim" and value is None:
+        d, h = model.get("d_model"), model.get("n_heads")
+        return d // h if isinstance(d, int) and isinstance(h, int) and h else None
+    return value
+
+
+def check_model(
+    ours: dict[str, Any], theirs: Any, step: Path, where: str, new: str, strict: bool
+) -> list[str]:
+    """ConfigError when checkpoint `step`'s model `theirs` is another than `ours`: in any
+    field but the name (`strict`: a train resuming its own model_dir), else in a field that
+    shapes the parameters (`shaping_diff`); the note of the fields that differ otherwise."""
+    want, got = json.loads(json.dumps(ours)), theirs
+    every = [k for k in sorted(set(want) | set(got)) if k != "name" and want.get(k) != got.get(k)]
+    diff = every if strict else shaping_diff(want, got)
+    if diff:
+        shown = "; ".join(f"{k} {got.get(k)!r} there, {want.get(k)!r} here" for k in diff[:4])
+        other = ""
+        if strict and not shaping_diff(want, got):  # a start from it may change them
+            other = (
+                f", or start a new model_dir from it with --checkpoint-path {step} (settings "
+                "that shape no parameter may change there)"
+            )
+        raise ConfigError(
+            f"{where}: checkpoint step {step.name} ({step}) is of another model ({shown}); "
+            f"resume with its model settings (model.{diff[0]}={got.get(diff[0])!r}){other}, "
+            f"or {new}"
+        )
+    if not every:
+        return []
+    was = ", ".join(f"model.{k}={_setting(got.get(k))}" for k in every)
+    now = ", ".join(_setting(want.get(k)) for k in every)
+    return [
+        f"note: checkpoint step {step.name} ({step}) was trained with {was} ({now} here): "
+        "settings that shape no parameter (its weights restore as they are); this run "
+        "runs with its own"
+    ]
+
+
+def _setting(value: Any) -> str:
+    """A config value as an override gives it (`adamw`, `0.003`, `null`)."""
+    return value if isinstance(value, str) and value.strip() == value != "" else json.dumps(value)

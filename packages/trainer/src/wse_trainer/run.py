@@ -8,7 +8,9 @@ returns a `RunResult`:
 2. the tokenizer: `<model_dir>/tokenizer.json` when present (a resumed run), else a
    byte-level BPE trained on the train split; the data packed and iterated with its seed;
 3. MemoryX / SwarmX / replicas from `init_params(seed)`, then the latest committed
-   checkpoint (or `--checkpoint-path`) restored: weights, optimizer state, data position;
+   checkpoint (or `--checkpoint-path`) restored: weights, optimizer state, data position
+   (or what `runconfig.load_checkpoint_states` names: `model`, the weights alone from step 0,
+   a fine-tune's start; `wse_trainer.resume`);
    the emulator's layout over this machine's cores (`wse_trainer.layout`: the fastest unless
    `runconfig.cpu_shards` fixes it) is a line of the run log;
 4. steps until `max_steps` (counted from the global step) or `num_steps` more; a NaN or Inf
@@ -21,7 +23,8 @@ returns a `RunResult`:
 5. checkpoints every `checkpoint_steps` and at the end; eval loss, perplexity and next-token
    accuracy (ModelZoo's `eval/accuracy`; `wse_trainer.evaluation`), each evaluation (every
    `eval_frequency` steps and at the end) in metrics.jsonl and eval/, over
-   `eval_input.eval_steps` batches or, left out, the whole eval split (a line says which);
+   `eval_input.eval_steps` batches or, left out, every whole batch of the eval split (a line
+   says how many, and how many of its sequences);
    an eval with no checkpoint to read evaluates the initial weights and says so; a rerun
    that trains nothing and finds its step's eval in metrics.jsonl, run with the eval settings
    saved, says so, evaluating none (other settings: it evaluates, replacing that record; a

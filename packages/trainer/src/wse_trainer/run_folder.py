@@ -12,20 +12,26 @@ the run (`wse_trainer.run_lock`: a second run there is refused naming the first'
 `checkpoint_steps(path)` lists the step folders a `--checkpoint-path` names (cheap, as
 `check_model_dir`). `check_resume(config, model)` reads the meta JSON of the step a run
 would resume (the newest in `<model_dir>/checkpoints`, or `--checkpoint-path`'s) and refuses
-one written for another model (its `model` differs in any field but the name), naming the
-fields, or with another `train_input.shuffle_seed` (hunt 62: refused only after the
-tokenizer): before, the model_dir's steps were moved aside as "corrupt" and the run started
-again from step 0, and a `--checkpoint-path` was refused by orbax's shape error after the
-tokenizer was made. It refuses the same way a resume whose settings differ from the step's
-where `RESUMABLE` does not allow it (the optimizer, the batch: hunt 64), a step folder whose
-name is not its meta's step (`misnamed`), and a metrics.jsonl that is not JSON lines
-(`wse_trainer.metrics.read_metrics`). A step without a readable meta is left to the verified
-read (`wse_trainer.checkpoints`). Hunt 70: a resume whose max_steps
-would stretch the decay keeps it (`keep_decay`; hunt 80: a --checkpoint-path start too, a
-schedule it is given said where it changes a step's rate); a step folder of the run's that is a
-symlink, an export that would move newer steps aside and a model_dir tokenizer.json of
-another identity are refused; a `--checkpoint-path` into the run's own checkpoints is known
-by any spelling (`resolved`).
+one written for another model, naming the fields: in its own model_dir a train compares
+every field but the name; a `--checkpoint-path` start and an eval compare the fields that
+shape the parameters (`shaping_diff`: hunt 81 refused llama's max_seq_len and rope_theta,
+norm_eps and the compute dtype as "another model", though the same tree and shapes restore),
+and return a note naming the others that differ, which the run then runs with. It refuses
+one with another `train_input.shuffle_seed` where the data position is loaded (hunt 62:
+refused only after the tokenizer): before, the model_dir's steps were moved aside as
+"corrupt" and the run started again from step 0, and a `--checkpoint-path` was refused by
+orbax's shape error after the tokenizer was made. It refuses the same way a resume whose
+settings differ from the step's where `RESUMABLE` does not allow it (the optimizer, the
+batch: hunt 64; none where a start loads the weights alone,
+`runconfig.load_checkpoint_states: model`, into a fresh optimizer of any type), a step
+folder whose name is not its meta's step (`misnamed`), and a metrics.jsonl that is not JSON
+lines (`wse_trainer.metrics.read_metrics`). A step without a readable meta is left to the
+verified read (`wse_trainer.checkpoints`). Hunt 70: a resume whose max_steps would stretch
+the decay keeps it (`keep_decay`; hunt 80: a --checkpoint-path start too, a schedule it is
+given said where it changes a step's rate); a step folder of the run's that is a symlink, an
+export that would move newer steps aside and a model_dir tokenizer.json of another identity
+are refused; a `--checkpoint-path` into the run's own checkpoints is known by any spelling
+(`resolved`).
 """
 
 from __future__ import annotations
@@ -39,12 +45,20 @@ from pathlib import Path
 from typing import Any
 
 from wse_trainer.config import ConfigError, TrainConfig
-from wse_trainer.resume_checks import check_export, check_tokenizer, resolved
+from wse_trainer.resume_checks import (
+    PARAM_FIELDS,
+    check_export,
+    check_model,
+    check_tokenizer,
+    resolved,
+    shaping_diff,
+)
 from wse_trainer.run_entries import check_entry, check_inner
 from wse_trainer.run_lock import LOCK_NAME, ModelDirInUse, held, hold, release
 
-__all__ = ["RUN_ENTRIES", "RESUMABLE", "check_model_dir", "make_model_dir", "undone_on_error",
-           "check_resume", "checkpoint_steps", "misnamed", "keep_decay", "resolved"]  # fmt: skip
+__all__ = ["RUN_ENTRIES", "RESUMABLE", "PARAM_FIELDS", "check_model_dir", "make_model_dir",
+           "undone_on_error", "check_resume", "checkpoint_steps", "misnamed", "keep_decay",
+           "resolved", "shaping_diff"]  # fmt: skip
 
 # What a run writes in its model_dir (wse_trainer.metrics, checkpoints, run, session) and
 # `wse demo`'s mark (wse_trainer.demo.MARKER)
@@ -204,12 +218,14 @@ def misnamed(step: Path, meta: dict[str, Any], where: str) -> str | None:
     )
 
 
-def check_resume(config: TrainConfig, model: Any) -> None:
+def check_resume(config: TrainConfig, model: Any) -> list[str]:
     """ConfigError when the step the run would resume was written for another model than
     `model` (the run's `wse_models.ModelConfig`), with another `train_input.shuffle_seed`,
     or with settings `RESUMABLE` does not list (`_check_settings`); when a step folder's
-    name is not its meta's step; or when metrics.jsonl is not JSON lines."""
+    name is not its meta's step; or when metrics.jsonl is not JSON lines. Returns the notes
+    of model fields that differ but shape no parameter (a start or an eval runs them)."""
     from wse_trainer.metrics import read_metrics
+    from wse_trainer.modelzoo_runconfig import loads_data, loads_training_state
 
     read_metrics(config.runconfig.model_dir)  # hunt 64: refused only after the compile
     _check_linked(config)
@@ -219,37 +235,33 @@ def check_resume(config: TrainConfig, model: Any) -> None:
         if problem is not None:  # hunt 64: trained step 3 again and logged it as step 6
             raise ConfigError(problem)
     if not found:
-        return
+        return []
     step, meta = found[0]
     mine = not config.runconfig.checkpoint_path or step.parent == _own(config)  # any spelling
-    if config.runconfig.checkpoint_path and config.runconfig.mode != "eval":
+    states = config.runconfig.load_checkpoint_states
+    whole = loads_training_state(states)  # else the weights alone, from step 0
+    if config.runconfig.checkpoint_path and config.runconfig.mode != "eval" and whole:
         own = [
             int(p.name) for p in checkpoint_steps(Path(config.runconfig.model_dir) / "checkpoints")
         ]
         check_export(config, step, mine, own)
-    want = json.loads(json.dumps(dataclasses.asdict(model)))
-    got = meta["model"]
-    diff = [k for k in sorted(set(want) | set(got)) if k != "name" and want.get(k) != got.get(k)]
+    strict = where != "--checkpoint-path" and config.runconfig.mode != "eval"
     new = "give a new model_dir (-o)" if where != "--checkpoint-path" else "drop --checkpoint-path"
-    if diff:
-        shown = "; ".join(f"{k} {got.get(k)!r} there, {want.get(k)!r} here" for k in diff[:4])
-        raise ConfigError(
-            f"{where}: checkpoint step {step.name} ({step}) is of another model ({shown}); "
-            f"resume with its model settings (model.{diff[0]}={got.get(diff[0])!r}), or {new}"
-        )
+    notes = check_model(dataclasses.asdict(model), meta["model"], step, where, new, strict)
     data, seed = meta.get("data"), config.train_input.shuffle_seed
-    theirs = data.get("seed") if isinstance(data, dict) else None
+    theirs = data.get("seed") if isinstance(data, dict) and loads_data(states) else None
     if isinstance(theirs, int) and theirs != seed:  # hunt 62: refused after the tokenizer
         raise ConfigError(
             f"{where}: checkpoint step {step.name} ({step}) was trained with "
             f"train_input.shuffle_seed={theirs}, {seed} here; resume with "
             f"train_input.shuffle_seed={theirs}, or {new}"
         )
-    strict = where != "--checkpoint-path" and config.runconfig.mode != "eval"
-    _check_settings(config, step, meta, where, new, strict)
+    if whole:  # a fresh optimizer of any type takes the weights alone (hunt 81)
+        _check_settings(config, step, meta, where, new, strict)
     sha, tok = meta.get("tokenizer_sha256"), Path(config.runconfig.model_dir) / "tokenizer.json"
     if isinstance(sha, str) and tok.is_file():  # hunt 70: refused 14 s in, after the data
         check_tokenizer(config, step, sha, tok, trained=False)
+    return notes
 
 
 def _own(config: TrainConfig) -> Path:
@@ -280,12 +292,13 @@ def keep_decay(config: TrainConfig) -> tuple[TrainConfig, list[str]]:
     rates it is given, as ModelZoo runs its params file's schedule on the restored step
     count, saying the first step whose rate that changes (`optimizer.started_rate_note`).
     An eval keeps none."""
+    from wse_trainer.modelzoo_runconfig import loads_training_state
     from wse_trainer.optimizer import kept_decay, kept_note, started_rate_note
 
     run = config.runconfig
     found, where = _resumed(config)
-    if not found or run.mode == "eval":
-        return config, []
+    if not found or run.mode == "eval" or not loads_training_state(run.load_checkpoint_states):
+        return config, []  # a fine-tune start (step 0) runs its own schedule
     step, meta = found[0]
     at, saved = f"{where}: checkpoint step {step.name} ({step})", meta.get("config")
     started, opt = bool(run.checkpoint_path), config.optimizer
@@ -315,7 +328,8 @@ RESUMABLE = frozenset(
       "checkpoint_path", "checkpoint_steps", "keep_checkpoint_max", "log_steps",
       "eval_frequency", "seed", "num_csx", "wafer", "activation_stride", "weight_chunks",
       "cpu_shards", "sample_tokens", "sample_prompt", "sample_temperature",
-      "save_initial_checkpoint", "validate_only", "autoload_checkpoint")}
+      "save_initial_checkpoint", "validate_only", "autoload_checkpoint",
+      "load_checkpoint_states")}
     | {f"train_input.{k}" for k in ("data_dir", "text_key", "split", "max_corpus_bytes",
        "micro_batch_size", "eval_steps", "shuffle_seed")}
 )  # fmt: skip
@@ -352,9 +366,15 @@ def _check_settings(
     here = ", ".join(_setting(b) for _, _, b in diff[:4])
     more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
     fix = " ".join(f"{k}={_setting(a)}" for k, a, _ in diff[:4])
+    tune = ""
+    if where == "--checkpoint-path" and config.runconfig.mode != "eval":  # hunt 81
+        tune = (
+            ", or start from its weights alone under this optimizer, at step 0, with "
+            "runconfig.load_checkpoint_states=model (a fine-tune)"
+        )
     raise ConfigError(
         f"{where}: checkpoint step {step.name} ({step}) was trained with {was}{more} "
-        f"({here} here); resume with the same settings ({fix}), or {new}; runconfig's "
+        f"({here} here); resume with the same settings ({fix}){tune}, or {new}; runconfig's "
         "max_steps, checkpoint_steps, log_steps and the other cadences may change"
     )
 

@@ -208,7 +208,7 @@ def check_inputs(config: TrainConfig) -> None:
     (`fitting_tokenizer`); cheap (no JAX, no orbax): the CLI asks before importing them,
     `Session` again."""
     from wse_trainer.data_files import check_data_dir
-    from wse_trainer.modelzoo_runconfig import autoload_problem, eval_all_problem
+    from wse_trainer.modelzoo_runconfig import autoload_problem, eval_all_problem, states_problem
     from wse_trainer.run_folder import check_model_dir, checkpoint_steps
 
     model = model_config(config)
@@ -226,6 +226,8 @@ def check_inputs(config: TrainConfig) -> None:
         if why := eval_all_problem(run_cfg, steps):
             raise ConfigError(why)
     elif why := autoload_problem(run_cfg, steps):  # hunt 79: refused at read, even in a new dir
+        raise ConfigError(why)
+    if why := states_problem(run_cfg):  # a fine-tune start names its checkpoint (hunt 81)
         raise ConfigError(why)
     if (tokenizer := Path(run_cfg.model_dir) / "tokenizer.json").is_file():
         fitting_tokenizer(tokenizer, model.vocab_size)  # hunts 64, 67: after 18 s, 30 s of work
@@ -282,8 +284,11 @@ class Session:
             from wse_trainer.checkpoints import resolve_checkpoint
 
             resolve_checkpoint(run_cfg.checkpoint_path)
-        check_resume(config, self.model)  # another model's step: refused, never moved aside
+        # another model's step: refused, never moved aside; fields that shape no parameter
+        # said (hunt 81), where a start or an eval may change them
+        said = check_resume(config, self.model)
         config, notes = keep_decay(config)  # the resumed schedule, never stretched: hunt 70
+        notes = [*said, *notes]
         self.given = config  # saved as given (`settings`), run with its cadences resolved
         config = loop_config(config)  # ModelZoo's 0 and null (`wse_trainer.cadence`)
         self.config, self.notes = config, notes  # said once the log is open
