@@ -1,9 +1,17 @@
 """`wse train`: weight-streaming training with Cerebras ModelZoo conventions.
 
     wse train params.yaml [section.key=value ...] --mode train|eval|train_and_eval|eval_all
-        [--model-dir/-o DIR] [--num-csx N] [--max-steps N] [--num-steps N]
-        [--checkpoint-path PATH] [--validate-only]
-        [--num-processes N --process-id I --coordinator HOST:PORT]
+        [--model-dir/-o DIR] [--num-csx N] [--max-steps N] [--num-steps N] [--eval-steps N]
+        [--checkpoint-path PATH [--load-checkpoint-states model | --is-pretrained-checkpoint]]
+        [--validate-only] [--num-processes N --process-id I --coordinator HOST:PORT]
+
+ModelZoo's run.py flags are read as it reads them (hunt 81: refused as "No such option", one
+pointing `--eval_steps` at --max-steps): `-p`/`--params`, `-m`/`--mode`, `--eval_steps`
+(`eval_input.eval_steps`, ModelZoo's runconfig.eval_steps), `--load_checkpoint_states`
+(`runconfig.load_checkpoint_states`: `model` loads the checkpoint's weights alone, from step 0,
+a fresh optimizer of any type) and `--is_pretrained_checkpoint` (the same as `model`, with a
+`--checkpoint_path`), `--logging INFO` (what runs); `--compile_only`, `-c/--compile_dir` and
+another `--logging` level are refused with what runs instead (exit 2).
 
 `params.yaml` may also be given with `--params`, or be a shipped config name (`tiny`,
 `gpt2_124m`, `llama3_8b`, `llama3_70b`, `llama_1t`, `llama_24t`). Flags override the
@@ -37,6 +45,7 @@ from pathlib import Path
 import typer
 
 from wse_cli import multiprocess
+from wse_cli.commands import train_modelzoo
 from wse_cli.errors import fail, note
 from wse_cli.options import number
 from wse_cli.outputs import output_dir, output_file
@@ -158,8 +167,10 @@ def _print_run_prediction(console, config, spec, model, plan) -> None:
         line = eval_line(config, spec, model, evals or 1)[0]  # one line, as the run's echo
         console.print(line, highlight=False, markup=False, soft_wrap=True)
         said = (f"eval_input.eval_steps={evals:,}; a run whose eval split holds fewer evaluates "
-                "those and says so") if evals else ("the whole eval split (eval_input.eval_steps "
-                "unset), priced above for one batch: a run says how many it holds")  # fmt: skip
+                "those and says so") if evals else ("every whole batch of the eval split "
+                "(eval_input.eval_steps unset; a last partial batch is dropped, as ModelZoo's "
+                "drop_last), priced above for one batch: a run says how many batches and "
+                "sequences it evaluates")  # fmt: skip
         console.print(f"  eval batches: {said}", highlight=False)
 
 
@@ -167,10 +178,11 @@ def train(
     args: list[str] = typer.Argument(
         None, help="params.yaml (or a shipped config name), then section.key=value overrides."
     ),
-    params: Path = typer.Option(None, "--params", help="The params YAML file."),
+    params: Path = typer.Option(None, "--params", "-p", help="The params YAML file."),
     mode: str = typer.Option(
         None,
         "--mode",
+        "-m",
         help="train | eval | train_and_eval | eval_all (each checkpoint of the model_dir, in "
         "step order, evaluated as --mode eval and recorded at its step).",
     ),
@@ -187,9 +199,26 @@ def train(
     ),  # fmt: skip
     max_steps: int = number(None, "--max-steps", help="Total steps (global).", kind=int, ge=1),
     num_steps: int = number(None, "--num-steps", help="Steps of this invocation.", kind=int, ge=1),
+    eval_steps: int = number(
+        None, "--eval-steps", help="Eval batches (eval_input.eval_steps).", kind=int, ge=1
+    ),
     checkpoint_path: Path = typer.Option(
         None, "--checkpoint-path", help="Checkpoint to start from."
     ),
+    load_checkpoint_states: str = typer.Option(
+        None,
+        "--load-checkpoint-states",
+        help="What to load from --checkpoint-path (ModelZoo's): all, or components such as "
+        "model (its weights alone: a fine-tune from step 0 with a fresh optimizer).",
+    ),
+    is_pretrained_checkpoint: bool = typer.Option(
+        False,
+        "--is-pretrained-checkpoint",
+        help="--load-checkpoint-states model (ModelZoo's older flag): the weights alone, step 0.",
+    ),
+    compile_only: bool = typer.Option(False, "--compile-only", hidden=True),
+    compile_dir: str = typer.Option(None, "--compile-dir", "-c", hidden=True),
+    log_level: str = typer.Option(None, "--logging", hidden=True),
     validate_only: bool = typer.Option(
         False,
         "--validate-only",
@@ -217,6 +246,8 @@ def train(
     from rich.console import Console
     from wse_trainer.config import SHIPPED, load_config
 
+    train_modelzoo.refuse_unrun(compile_only, compile_dir, log_level)
+
     args = list(args or [])
     if params is None:
         if not args or "=" in args[0]:
@@ -233,9 +264,14 @@ def train(
         "max_steps": max_steps,
         "num_steps": num_steps,
         "checkpoint_path": checkpoint_path,
+        "load_checkpoint_states": train_modelzoo.states_flag(
+            load_checkpoint_states, is_pretrained_checkpoint
+        ),
     }
     _set_twice(args, flags)
     config = _with_flags(load_config(params, args), flags)
+    train_modelzoo.check_pretrained(config, is_pretrained_checkpoint)
+    config = train_modelzoo.with_eval_steps(config, args, eval_steps)
     validate_only = validate_only or config.runconfig.validate_only  # ModelZoo's key (hunt 65)
     if validate_only:  # a run says them itself, in its log (`wse_trainer.run`, hunt 80)
         _notes(config)
