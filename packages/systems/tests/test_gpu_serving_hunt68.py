@@ -121,7 +121,9 @@ def _serving70(num_gpus: int) -> GpuServing:
 
 
 def _hop_s(tokens: int) -> float:
-    return gs.ACT_BYTES * L70.d_model * tokens / H100.ib_bytes_per_s + H100.ib_latency_s
+    """A hop between nodes: 1/tp of the activations on each of the 8 GPUs' NICs (hunt jobs17
+    F: the whole on one NIC was priced), and its latency."""
+    return gs.ACT_BYTES * L70.d_model * tokens / 8 / H100.ib_bytes_per_s + H100.ib_latency_s
 
 
 def test_tp8_pp2_at_one_user_is_two_half_depth_stages_and_a_hop():

@@ -7,8 +7,10 @@
   hand from Megatron's documented checks (dp | batch, tp <= a node dividing the heads, pp |
   layers, the memory formula by hand), the busiest rank's compute from PaLM's flops by hand,
   the nearest counts by brute force.
-- Pipeline stages sent nothing to each other (1,024 GPUs priced as 128). Oracle: the serving
-  model's own hop (`serving.gpu_step.step`'s `stage_hops_s`) and the datasheet's NVLink.
+- Pipeline stages sent nothing to each other (1,024 GPUs priced as 128). Oracle: the sends by
+  hand (1/tp of the activations on each GPU's link), the serving model's own hop
+  (`serving.gpu_step.step`'s `stage_hops_s`, the same send since hunt jobs17 F) and the
+  datasheet's NVLink.
 - The default wafers of a 70B with an 8B draft held no user; --stages and --wafers named
   ranges that do not hold the model; `--assume swarmx_fanout` on one system was listed as
   moving; `--micro-batch none` was refused in the ledger's words; at one output token the
@@ -145,13 +147,14 @@ def test_pipeline_stages_send_activations_at_the_serving_models_hop():
     step = gpum.train_step(L8B, gpum.H100, num_gpus=1024, batch=16, seq_len=SEQ)
     lay = step.layout
     assert (lay.dp, lay.tp, lay.pp) == (16, 8, 8)  # one sequence a rank: micro-batches 1
-    # the serving model's hop: a forward of 8,192 prompt tokens over 2 stages has one
-    hop = gs.step(L8B, gpum.H100, gs.GpuLayout(8, 2), gs.StepBatch(prefill_tokens=SEQ,
-                  prompt_tokens=SEQ)).stage_hops_s  # fmt: skip
-    assert hop == pytest.approx(2 * SEQ * D / IB + IB_LAT, rel=1e-12)
     # hunt 78: Megatron's scatter-gather sends, 1/tp of it a GPU on its own NIC
     hop = 2 * SEQ * D / 8 / IB + IB_LAT
     assert step.stage_sends_s == pytest.approx(2 * hop, rel=1e-12)  # forward and backward
+    # the serving model's hop is the same send (hunt jobs17 F: the whole activation over one
+    # GPU's NIC, 8x the bytes): a forward of 8,192 prompt tokens over 2 stages has one
+    served = gs.step(L8B, gpum.H100, gs.GpuLayout(8, 2), gs.StepBatch(prefill_tokens=SEQ,
+                     prompt_tokens=SEQ)).stage_hops_s  # fmt: skip
+    assert served == pytest.approx(hop, rel=1e-12)
     # hunt 80: at one micro-batch 1F1B overlaps nothing, the 8 stages run in turn, each with
     # its 2 hops: the whole model's compute on tp 8 + 16 hops (the fill and drain were
     # priced at the last stage's pace, 8 x (4 layers + the head))

@@ -93,7 +93,9 @@ def test_gpu_step_at_one_user_is_the_weight_read():
     assert s.compute_s == pytest.approx(2e8 / 5e14)
     assert s.seconds == pytest.approx(s.memory_s + FLOOR) and s.bound == "hbm"
     s8 = _step(users=1, layout=gs.GpuLayout(8, 1))
-    reduce = 2 * 7 / 8 * (2 * 256) / ROUND.nvlink_bytes_per_s + 2 * 7 * ROUND.nvlink_latency_s
+    # the one-shot all-reduce of 512 bytes (vLLM's custom kernel below 256 KiB at 8 GPUs):
+    # each GPU reads the other 7's, one latency step (hunt jobs17 B: the ring's 14 were priced)
+    reduce = 7 * (2 * 256) / ROUND.nvlink_bytes_per_s + ROUND.nvlink_latency_s
     assert s8.allreduce_s == pytest.approx(2 * 2 * reduce)  # 2 per layer, 2 layers
     assert s8.seconds == pytest.approx((2e8 + KV_BYTES) / 8 / 5e11 + 4 * reduce + FLOOR)
     fp8 = _step(users=1, precision="fp8")  # a byte a weight and a KV value, twice the peak
@@ -104,12 +106,18 @@ def test_gpu_step_at_one_user_is_the_weight_read():
 
 
 def test_gpu_compute_knee_and_aggregate_plateau():
-    # memory (2e8 + B KV_BYTES) / 5e11 against compute B 2e8 / 5e14: equal at B* below
-    knee_b = 4e-4 / (2e8 / 5e14 - KV_BYTES / 5e11)
-    below, past = _step(users=math.floor(knee_b)), _step(users=math.ceil(knee_b))
+    # the GEMMs' weight read 2e8 / 5e11 against their products B 2e8 / 5e14: equal at B* =
+    # 1000; the attention kernel (no cached tokens) writes B KV_BYTES after them, its own
+    # roofline (hunt jobs17 A: one max over the step hid it under the products past B*)
+    knee_b = (2e8 / 5e11) / (2e8 / 5e14)
+    assert knee_b == pytest.approx(1000)
+    below, past = _step(users=999), _step(users=1001)
     assert below.bound == "hbm" and past.bound == "compute"
+    assert below.seconds == pytest.approx((2e8 + 999 * KV_BYTES) / 5e11 + FLOOR)
     far = _step(users=4000)
-    assert far.seconds == pytest.approx(4000 * 2e8 / 5e14 + FLOOR)
+    assert far.gemm_s == pytest.approx(4000 * 2e8 / 5e14)
+    assert far.attention_s == pytest.approx(4000 * KV_BYTES / 5e11)
+    assert far.seconds == pytest.approx(4000 * 2e8 / 5e14 + 4000 * KV_BYTES / 5e11 + FLOOR)
     # aggregate B / step past the knee: mfu x peak / 2 N, less the kernels' fixed cost
     assert 4000 / far.compute_s == pytest.approx(2.5e6)
 
@@ -181,8 +189,12 @@ def test_gpu_prefill_is_the_roofline_of_its_tokens():
     flops = 10_000 * 2 * (1e8 - head) + 2 * head + 2 * 2 * 256 * 10_000**2
     assert t.compute_s == pytest.approx(flops / 5e14)
     # the head once: 10,000 tokens' products no longer outweigh one read of FLAT's weights,
-    # almost all head (96.3M of 1e8)
-    assert t.seconds == pytest.approx(max(t.compute_s, t.memory_s) + FLOOR)
+    # almost all head (96.3M of 1e8); the attention kernel, its own roofline after them,
+    # writes the 10,000 tokens' K and V while it computes its 2 L (H Q) p a token
+    gemm = max(2e8 / 5e11, (10_000 * 2 * (1e8 - head) + 2 * head) / 5e14)
+    attention = max(10_000 * KV_BYTES / 5e11, 2 * 2 * 256 * 10_000**2 / 5e14)
+    assert (t.gemm_s, t.attention_s) == pytest.approx((gemm, attention))
+    assert t.seconds == pytest.approx(gemm + attention + FLOOR)
     short = _step(prefill_tokens=1, prompt_tokens=1)
     assert short.seconds == pytest.approx((2e8 + KV_BYTES) / 5e11 + FLOOR)  # one weight read
 

@@ -17,6 +17,7 @@ import json
 import pytest
 from wse_core.cost.assumptions import assume
 from wse_core.studies.experiment import results_json, table_markdown
+from wse_systems import gpu_links
 from wse_systems.serving import gpu_step as gs
 from wse_systems.serving import trtllm_h100 as tr
 from wse_systems.studies import trtllm_h100 as study
@@ -61,7 +62,10 @@ def _check_shown(result, oracle: list[dict]) -> None:
 
 def test_the_experiment_shows_fit_over_floor(cheap_fit):
     result = study.run(quick=True)
-    assert cheap_fit == list(gs.KERNEL.sweep)  # one fit a value, none again for the re-run
+    # one fit a value, none again for the re-run; then the NVLink latency's sweep at the
+    # kernel cost in force (hunt jobs17 B)
+    latencies = len(gpu_links.NVLINK_LATENCY.sweep)
+    assert cheap_fit == list(gs.KERNEL.sweep) + [gs.KERNEL_S] * latencies
     _check_shown(result, tr.fit_over_floor())
     assert [row["kernel_s"] for row in _swept(result)] == list(gs.KERNEL.sweep)
     refit = result.measurements[0]  # the fit re-run at 1 us: the sweep's row

@@ -12,9 +12,9 @@ Public figures (per GPU unless noted; "assumption" where no vendor publishes the
 | HBM bandwidth | 2.039 TB/s (HBM2e) | 3.35 TB/s (HBM3) | [1] |
 | memory | 80 GiB | 80 GiB | [1] ("80GB": binary; nvidia-smi shows 81,559 MiB on H100) |
 | NVLink, one direction | 300 GB/s (600 total) | 450 GB/s (900 total) | [1] |
-| NVLink latency per ring step | 1 us | 1 us | assumption (NCCL small-message scale) |
+| NVLink latency per step | 1 us | 1 us | assumption, `--assume gpu.nvlink_latency_s` [3] |
 | InfiniBand per GPU, one direction | 25 GB/s (HDR) | 50 GB/s (NDR) | [2] (a NIC per GPU) |
-| InfiniBand latency per ring step | 5 us | 5 us | assumption (as training.performance) |
+| InfiniBand latency per step | 5 us | 5 us | assumption, `--assume gpu.ib_latency_s` [3] |
 | board power (TDP) | 400 W | 700 W | [1] |
 | node (8 GPUs) power, max | 6.5 kW | 10.2 kW | [2] |
 | node power, idle | 1.6 kW | 2.6 kW | assumption: 25% of max (not published) |
@@ -23,6 +23,8 @@ Public figures (per GPU unless noted; "assumption" where no vendor publishes the
 [1] NVIDIA A100 Tensor Core GPU datasheet; NVIDIA H100 Tensor Core GPU datasheet.
 [2] NVIDIA DGX A100 datasheet (8 x 200 Gb/s HDR ConnectX-6, 6.5 kW max); NVIDIA DGX H100
 datasheet (8 x 400 Gb/s NDR ConnectX-7, ~10.2 kW max).
+[3] `wse_systems.gpu_links` (`NVLINK_LATENCY`, `IB_LATENCY`: sweeps and NCCL's own tuning
+model as the scale; hunt jobs17: they were no `--assume` key and listed beside no figure).
 
 Training (`train_step`): per token 6 N_matmul flops plus PaLM's attention term 12 L H Q T
 (Chowdhery et al. 2022, appendix B: N_matmul = the weights every token multiplies — the
@@ -93,21 +95,27 @@ MFU is measured with its launches and tensor-parallel traffic inside, so a compu
 step does not move; the bubble and the gradient ring's window scale with the busy time (a
 stage's floor taken as the last's: the K0 around the layers counted on every stage).
 
-Ring all-reduce (`gpu_layout.ring_allreduce_s`): 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1)
-x latency.
+Ring all-reduce (`gpu_links.ring_allreduce_s`): 2 (p - 1) / p x bytes / bandwidth + 2 (p - 1)
+x latency (Megatron-LM's all-reduces run through NCCL); the latencies in force (`gpu_links.link`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from wse_core.cost.assumptions import register_system_constant, system_constant
+from wse_core.cost.assumptions import (
+    assume,
+    constant_of,
+    register_system_constant,
+    system_constant,
+)
 from wse_core.cost.mechanisms import Constant
-from wse_core.cost.reads import read, recording
+from wse_core.cost.reads import read, reading, recording
 from wse_core.errors import SpecError, WseError, suggest
 
 from wse_systems.gpu_kernels import KERNEL, KERNEL_KEY, KERNELS_PER_LAYER, KERNELS_PER_STEP
@@ -136,6 +144,7 @@ from wse_systems.gpu_layout import (
     ring_allreduce_s,
     stage_hop_s,
 )
+from wse_systems.gpu_links import IB_LATENCY_S, LATENCY_KEYS, NVLINK_LATENCY_S
 from wse_systems.transformer import (
     DecoderShape,
     attn_dim,
@@ -230,9 +239,9 @@ A100 = GpuSpec(
     hbm_bytes_per_s=2.039e12,
     memory_bytes=80 * 2**30,
     nvlink_bytes_per_s=300e9,
-    nvlink_latency_s=1e-6,
+    nvlink_latency_s=NVLINK_LATENCY_S,
     ib_bytes_per_s=25e9,
-    ib_latency_s=5e-6,
+    ib_latency_s=IB_LATENCY_S,
     board_power_w=400.0,
     gpus_per_node=8,
     node_power_w=6500.0,
@@ -247,9 +256,9 @@ H100 = GpuSpec(
     hbm_bytes_per_s=3.35e12,
     memory_bytes=80 * 2**30,
     nvlink_bytes_per_s=450e9,
-    nvlink_latency_s=1e-6,
+    nvlink_latency_s=NVLINK_LATENCY_S,
     ib_bytes_per_s=50e9,
-    ib_latency_s=5e-6,
+    ib_latency_s=IB_LATENCY_S,
     board_power_w=700.0,
     gpus_per_node=8,
     node_power_w=10200.0,
@@ -353,7 +362,7 @@ def train_floor(
     per_micro = TRAIN_PASSES * KERNELS_PER_LAYER * layers + AROUND_PASSES * KERNELS_PER_STEP
     count = micro * per_micro + OPTIMIZER_KERNELS_PER_LAYER * layers
     act = WEIGHT_BYTES * layout.micro_batch * seq_len * model.d_model
-    one = ring_allreduce_s(act, layout.tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
+    one = ring_allreduce_s(act, layout.tp, *link(gpu, True))
     return TrainFloor(count, kernel_s, micro * TP_ALLREDUCES_PER_LAYER * layers * one)
 
 
@@ -444,8 +453,9 @@ def train_step(
     peak (None: `TRAIN_MFU`, or the value `--assume gpu.train_mfu=F` gives, read
     as an assumption: `wse_core.cost.reads`), and at least its kernels and tensor-parallel
     all-reduces (`train_floor`, at the `gpu.kernel_s` in force: `gpu_kernels.KERNEL_KEY`;
-    hunt 76: the floor was a caller's option, and `weight-streaming` priced none). Each
-    assumption read is noted as moving the step only where an end of its sweep moves it.
+    hunt 76: the floor was a caller's option, and `weight-streaming` priced none), its links
+    at the latencies in force (`gpu.nvlink_latency_s`, `gpu.ib_latency_s`: `gpu_links.link`).
+    Each assumption read is noted as moving the step only where an end of its sweep moves it.
 
     Raises GpuMemoryError (naming the smallest count that holds the model) when no layout of
     `num_gpus` fits, GpuLayoutError (a GpuMemoryError naming the nearest counts that have
@@ -465,13 +475,17 @@ def train_step(
     def fastest(m: float, k: float) -> TrainStep | None:  # at MFU m and kernel_s k
         return _fastest(model, gpu, runs, job, (m, k))
 
-    best = fastest(mfu, kernel_s)
+    with recording() as links:  # the link latencies the layouts read (`gpu_links.link`)
+        best = fastest(mfu, kernel_s)
     # hunt 76: each read as moving the step only where an end of its sweep moves the fastest
     # (the floor leaves a kernel-bound step to kernel_s, a compute-bound one to the MFU)
     if asked is None:
         sweep = TRAIN_MFU_CONSTANT.sweep
         read(TRAIN_MFU_KEY, mfu, _moves(lambda v: fastest(v, kernel_s), sweep, best))
     read(KERNEL_KEY, kernel_s, _moves(lambda v: fastest(mfu, v), KERNEL.sweep, best))
+    for key in (k for k in LATENCY_KEYS if k in links.values and reading()):  # hunt jobs17 B
+        at = functools.partial(_latency_at, key, lambda: fastest(mfu, kernel_s))
+        read(key, max(links.values[key]), _moves(at, constant_of(key).sweep, best))
     if best is None:
         raise no_layout_error(model, gpu, num_gpus, seq_len=seq_len, batch=batch)
     return best
@@ -514,6 +528,12 @@ def _priced(model, gpu, layout, job: tuple[int, int], at: tuple) -> TrainStep:
     (seq_len, batch), (mfu, kernel_s) = job, at
     floor = train_floor(model, gpu, layout, seq_len=seq_len, batch=batch, kernel_s=kernel_s)
     return _step(model, gpu, layout, seq_len=seq_len, batch=batch, mfu=mfu, floor=floor)
+
+
+def _latency_at(key: str, fastest: Callable[[], TrainStep | None], value: float):
+    """`fastest()` with the link latency `key` at `value` (its reads left unrecorded)."""
+    with assume(**{key: value}), recording(isolated=True):
+        return fastest()
 
 
 def _moves(fastest: Callable[[float], TrainStep | None], sweep, now: TrainStep | None) -> bool:

@@ -106,6 +106,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from wse_core.divisors import divisors
 from wse_core.errors import WseError
 
+from wse_systems import gpu_links
+from wse_systems.gpu_links import link, ring_allreduce_s
 from wse_systems.transformer import (
     DecoderShape,
     embed_params,
@@ -478,13 +480,6 @@ def embedding_pair_in_node(tp: int, dp: int, pp: int, node: int) -> bool:
     return all(r // node == (r + gap) // node for r in range(tp * dp))
 
 
-def ring_allreduce_s(nbytes: float, p: int, bytes_per_s: float, latency_s: float) -> float:
-    """Ring all-reduce of `nbytes` over `p` GPUs: 2(p-1)/p bytes/bw + 2(p-1) latency."""
-    if p <= 1:
-        return 0.0
-    return 2 * (p - 1) / p * nbytes / bytes_per_s + 2 * (p - 1) * latency_s
-
-
 def embedding_allreduce_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout) -> float:
     """The tied word embeddings' gradient summed between the first and the last stage (hunt
     79): Megatron-LM's `_allreduce_word_embedding_grads` (megatron/core/distributed/
@@ -504,21 +499,14 @@ def embedding_allreduce_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout
     return ring_allreduce_s(nbytes, 2, bw, lat)
 
 
-def link(gpu: GpuSpec, in_node: bool) -> tuple[float, float]:
-    """(bytes/s, latency s) of a GPU's own link: NVLink inside a node, else InfiniBand."""
-    if in_node:
-        return gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s
-    return gpu.ib_bytes_per_s, gpu.ib_latency_s
-
-
 def stage_hop_s(model: DecoderShape, gpu: GpuSpec, layout: TrainLayout, seq_len: int) -> float:
     """One hop between pipeline stages: a micro-batch's micro_batch x seq_len x d_model bf16
     activations (or their gradients) split over the tp ranks, 1/tp over each GPU's own link,
     plus its latency: NVLink where the job is on one node, else InfiniBand (module docstring: some
-    stage boundary then crosses a node). 0 at pp 1."""
+    stage boundary then crosses a node). 0 at pp 1. The send is `gpu_links.stage_hop_s`, the
+    serving step's too."""
     if layout.pp == 1:
         return 0.0
     in_node = layout.dp * layout.tp * layout.pp <= gpu.gpus_per_node
-    bw, lat = link(gpu, in_node)
     act = WEIGHT_BYTES * layout.micro_batch * seq_len * model.d_model
-    return act / layout.tp / bw + lat
+    return gpu_links.stage_hop_s(gpu, act, tp=layout.tp, in_node=in_node)

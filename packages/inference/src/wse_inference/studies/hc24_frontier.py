@@ -9,11 +9,12 @@ Predicted with `wse_systems.serving` (nothing fitted; see its modules for the mo
   per instruction by `wse_systems.decoder` on the plan with the one calibration, a region
   working on one token at a time; prompts in blocks pipelined over the regions;
 - GPUs (`GpuServing`): one DGX H100 (8 GPUs) in replicas of every tp layout that holds the
-  model, a batch per replica: weights read once per step plus every user's KV at
-  `HBM_FRACTION` of HBM bandwidth, against the batch's flops at `MFU`, the fractions `wse
-  plan infer` uses too (`wse_systems.serving.gpu_step.FITTED_*`, fitted on TensorRT-LLM's
-  H100 rows, the calibration set's GPU rows; hunt 66: 0.4 and 0.8 were assumed here, so the
-  same GPU job was priced two ways), tensor-parallel all-reduces on NVLink;
+  model, a batch per replica: a step's GEMMs (weights read once against their products)
+  then its attention (every user's KV read against its products), each its own roofline at
+  `HBM_FRACTION` of HBM bandwidth and `MFU`, the fractions `wse plan infer` uses too
+  (`wse_systems.serving.gpu_step.FITTED_*`, fitted on TensorRT-LLM's H100 rows, the
+  calibration set's GPU rows; hunt 66: 0.4 and 0.8 were assumed here, so the same GPU job
+  was priced two ways), tensor-parallel all-reduces on NVLink (`wse_systems.gpu_links`);
 - each system's knee (`wse_systems.serving.knee`: per-user speed x aggregate maximal), its
   one-user speed, its best aggregate, the most users that fit; energy and cost per million
   tokens at the knee with the system busy all day (hardware rate and peak power, the

@@ -345,15 +345,18 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "when the busiest region is full, a new request waits to be admitted and the wait is "
         "part of its first token (a GPU admits it at its next step: no wait beyond the step "
         "under way)",
-        f"GPU (wse_systems.serving.gpus), {prec.name}: weights read once per step plus every "
-        f"user's KV at {hbm_fraction:g} of HBM bandwidth, against the step's flops at MFU "
-        f"{mfu:g} of {prec.peak_flops(g) / 1e12:g} TFLOP/s dense {prec.name} (the fractions "
-        "fitted on TensorRT-LLM's H100 FP8 rows with input <= output length unless given); 2 "
-        f"tensor-parallel all-reduces per layer; {prec.name} weights and KV within 90% of HBM;"
-        " replicas of the best tp x pp layout for the load; pp > 1: pp stages of 1/pp of the "
-        "layers with pp micro-batches in flight (vLLM's virtual engines, a step budget each), "
-        "a token the stages one after another plus the hops between them, stages of equal "
-        "work assumed",
+        f"GPU (wse_systems.serving.gpus), {prec.name}: a step's GEMMs (weights read once "
+        "against their products) then its attention (every user's KV read and the new "
+        "tokens' written against its products), each kernel class its own roofline, at "
+        f"{hbm_fraction:g} of HBM bandwidth and MFU {mfu:g} of {prec.peak_flops(g) / 1e12:g} "
+        f"TFLOP/s dense {prec.name} (the fractions fitted on TensorRT-LLM's H100 FP8 rows with "
+        "input <= output length unless given); 2 tensor-parallel all-reduces per layer, the "
+        "engines' one-/two-shot kernel below 8 MiB and NCCL's ring past it (latencies "
+        f"assumed: gpu.nvlink_latency_s, gpu.ib_latency_s); {prec.name} weights and KV within "
+        "90% of HBM; replicas of the best tp x pp layout for the load; pp > 1: pp stages of "
+        "1/pp of the layers with pp micro-batches in flight (vLLM's virtual engines, a step "
+        "budget each), a token the stages one after another plus the hops between them (1/tp "
+        "of the activations on each GPU's link), stages of equal work assumed",
         f"GPU scheduling (chunked prefill): {sv.gpus.TOKEN_BUDGET} tokens a step, the decoding "
         "users' tokens first, prompt chunks in the rest; a user's rounds carry the other "
         "users' prompt chunks, its own prompt runs in its first token",

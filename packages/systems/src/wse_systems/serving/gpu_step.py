@@ -11,14 +11,35 @@ tp GPUs each inside a node, one after another, so the pass reads each weight onc
 stage's tp GPUs (pp x a stage's 1 / pp of the bytes and flops) plus the pp - 1 hops between
 stages. `wse_systems.serving.gpus` keeps pp such passes (micro-batches) in flight, one on
 each stage (assumed: stages of equal work; the sampled token's return to the first stage is
-left out):
+left out). Each kernel class is its own roofline and the classes add (hunt jobs17 A: one
+max(memory, compute) over the whole pass hid the attention's KV read under the GEMMs'
+products, 70B tp 8 FP8 at 128/4096 14.5 ms of KV read under 25.4 ms of GEMMs, where vLLM
+and TensorRT-LLM launch the GEMMs and the attention kernel one after another on one stream):
+the GEMMs (QKV, output, gate/up, down and the head: each reads its weights while it
+multiplies, so within the class reads and products overlap) and the attention kernel
+(FlashAttention / FlashInfer / XQA: reads every user's cached KV and writes the new tokens',
+RoPE fused in, while it computes QK^T and PV). Overlapped: a kernel's own reads and
+products; nothing across kernels (the norms, activation and residual adds, elementwise on
+B x d activations, priced by their launches alone, `gpu_kernels`); the all-reduces and the
+hops run between kernels, after them:
 
-    memory  = (w_x N_matmul + k_x V (B kv_tokens + B t + c)) / tp  /  (hbm x HBM)
-    compute = (B t (2 N_matmul + 4 L HQ kv_tokens) + c (2 (N_matmul - V_h d) + 2 L HQ P)
-               + r 2 V_h d) / tp  /  (mfu x peak_x)
-    step    = max(memory, compute) + (K L + K0) kernel_s
-              + 2 L ring_allreduce((B t + c) d 2 B over tp on NVLink)
-              + (pp - 1) ((B t + c) d 2 B / InfiniBand + its latency)
+    gemm      = max(w_x N_matmul / tp / (hbm x HBM),
+                    (B t 2 N_matmul + c 2 (N_matmul - V_h d) + r 2 V_h d) / tp / (mfu x peak_x))
+    attention = max(k_x V (B kv_tokens + B t + c) / tp / (hbm x HBM),
+                    (B t 4 L HQ kv_tokens + c 2 L HQ P) / tp / (mfu x peak_x))
+    step      = gemm + attention + (K L + K0) kernel_s
+                + 2 L tp_allreduce((B t + c) d 2 B over tp GPUs on NVLink)
+                + (pp - 1) stage_hop((B t + c) d 2 B, 1/tp on each GPU's link)
+
+The all-reduce is the one vLLM and TensorRT-LLM run for a tensor-parallel group
+(`wse_systems.gpu_links.tp_allreduce_s`: a one-shot kernel below 256 KiB at 8 GPUs, 512 KiB
+at 4, a two-shot one up to 8 MiB, NCCL's ring past it; hunt jobs17 B: the ring's 2 (p - 1)
+latency steps were priced for every message, 14 us of the 8B's decode all-reduce where the
+one-shot kernel takes one); the hop is training's (`gpu_links.stage_hop_s`: 1/tp of the
+activations over each GPU's own link, InfiniBand between nodes; hunt jobs17 F: the whole
+activation over one GPU's link was priced). Their latencies are assumptions
+(`--assume gpu.nvlink_latency_s=S`, `gpu.ib_latency_s=S`: `gpu_links`), noted as moving a
+step wherever it prices an all-reduce (tp > 1) or a hop (pp > 1).
 
 (N_matmul the weights every token multiplies, V the KV values a token adds, L layers, HQ
 heads x head dim, kv_tokens = `Workload.kv_tokens` cached tokens each decode token reads; a
@@ -57,7 +78,10 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
-from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec, ring_allreduce_s
+from wse_core.cost.reads import read
+
+from wse_systems import gpu_links
+from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec
 from wse_systems.gpu_kernels import (
     KERNEL,
     KERNEL_KEY,
@@ -114,15 +138,17 @@ __all__ = [
 ]
 
 # Fitted on TensorRT-LLM v0.19.0's 46 H100 FP8 rows with input <= output length
-# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`; rms log ratio 0.245,
-# checks 0.325) at the assumed kernel cost `KERNEL_S`; refitted at hunt 69, when the other
-# users' prompts were spread over a request's rounds (0.2734, 0.7269; 0.274 and 0.727 before,
-# rms 0.246 and 0.327), and at hunt 67, when the step's kernels entered it (0.270 and 0.715
-# before, rms 0.250 and 0.335; hunt 66: 0.269, 0.713). Hunt 79, the head once a prompt
-# chunk: the fit moved to 0.2712 and 0.7265 (rms 0.2433 on the fitted rows), within the
-# fit test's 0.002, so kept; at the kept values rms 0.2446 -> 0.2433, checks 0.325 -> 0.313:
-FITTED_MFU = 0.273  # share of the tensor peak a step's products reach
-FITTED_HBM_FRACTION = 0.727  # share of HBM bandwidth a step's reads reach
+# (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`) at the assumed kernel
+# cost `KERNEL_S` and NVLink latency (`gpu_links.NVLINK_LATENCY_S`). Hunt jobs17: the GEMMs
+# and the attention priced as kernel classes that add (A), the decode all-reduce as the
+# one-/two-shot kernel (B): the fit moved from 0.2712 / 0.7265 (kept 0.273 / 0.727; rms log
+# ratio 0.2433 on the fitted rows, 0.3130 on the 17 checks at the kept values) to 0.3370 /
+# 0.8385 (rms 0.1759, checks 0.2111; A alone 0.3390 / 0.8380, rms 0.1713 / 0.2082).
+# Earlier: hunt 79 (the head once a prompt chunk) 0.2712 / 0.7265, kept 0.273 / 0.727;
+# hunt 69 (the other users' prompts spread over a request's rounds) 0.2734 / 0.7269; hunt
+# 67 (the step's kernels) 0.274 / 0.727 from 0.270 / 0.715; hunt 66: 0.269 / 0.713.
+FITTED_MFU = 0.337  # share of the tensor peak a step's products reach
+FITTED_HBM_FRACTION = 0.839  # share of HBM bandwidth a step's reads and writes reach
 ACT_BYTES = 2  # activations between GPUs travel in 16 bits in either precision
 # The step's kernels, their cost and `gpu.kernel_s` are `wse_systems.gpu_kernels`' (imported
 # above, re-exported here), which the training step's floor reads too (hunt 76)
@@ -218,22 +244,29 @@ class StepBatch(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class GpuStep:
-    """One forward pass of a replica (seconds) and what sets it."""
+    """One forward pass of a replica (seconds) and what sets it: each kernel class's roofline
+    (`gemm_s`, `attention_s`: the module docstring), with the step's bytes and flops at their
+    rates over both (`memory_s`, `compute_s`), and what follows them."""
 
     seconds: float
-    memory_s: float
-    compute_s: float
+    memory_s: float  # every read and write of the step at the HBM share
+    compute_s: float  # every product of the step at the MFU
     allreduce_s: float
     stage_hops_s: float
     kernels_s: float = 0.0  # the kernels' fixed cost (`floor_s`)
+    gemm_s: float = 0.0  # the GEMMs: max(their weights' reads, their products)
+    attention_s: float = 0.0  # the attention kernel: max(its KV reads and writes, products)
+    hbm_bound_s: float = 0.0  # of gemm_s + attention_s, the classes their reads bound
 
     @property
     def bound(self) -> str:
-        """The largest of the step's terms: "hbm", "compute", or "kernels" where the kernels'
-        fixed cost exceeds both (a small model's step)."""
-        if self.kernels_s > max(self.memory_s, self.compute_s):
+        """The largest share of the step: "hbm" (the kernel classes bound by their reads),
+        "compute" (those bound by their products), or "kernels" where the kernels' fixed
+        cost exceeds both (a small model's step)."""
+        hbm, compute = self.hbm_bound_s, self.gemm_s + self.attention_s - self.hbm_bound_s
+        if self.kernels_s > max(hbm, compute):
             return "kernels"
-        return "hbm" if self.memory_s >= self.compute_s else "compute"
+        return "hbm" if hbm >= compute else "compute"
 
 
 def layout_for(num_gpus: int, gpu: GpuSpec) -> GpuLayout:
@@ -363,17 +396,31 @@ def step(
     n, v, hq = matmul_params(model), kv_values_per_token(model), attn_dim(model)
     head = model.vocab_size * model.d_model  # the head's product, in n (module docstring)
     new = users * tokens_per_user + prefill_tokens
-    read = prec.weight_bytes * n + prec.kv_bytes * v * (users * kv_tokens + new)
-    memory = read / tp / (hbm_fraction * gpu.hbm_bytes_per_s)
-    flops = (
-        users * tokens_per_user * (2 * n + 4 * layers * hq * kv_tokens)
-        + prefill_tokens * (2 * (n - head) + 2 * layers * hq * prompt_tokens)
-        + batch.prompt_logit_rows * 2 * head
-    )
-    compute = flops / tp / (mfu * prec.peak_flops(gpu))
+    bytes_per_s = tp * hbm_fraction * gpu.hbm_bytes_per_s
+    flops_per_s = tp * mfu * prec.peak_flops(gpu)
+    # the GEMMs (weights read, their products) and the attention (KV read and written)
+    gemm_bytes = prec.weight_bytes * n
+    gemm_flops = (users * tokens_per_user * 2 * n + prefill_tokens * 2 * (n - head)
+                  + batch.prompt_logit_rows * 2 * head)  # fmt: skip
+    attn_bytes = prec.kv_bytes * v * (users * kv_tokens + new)
+    attn_flops = (users * tokens_per_user * 4 * layers * hq * kv_tokens
+                  + prefill_tokens * 2 * layers * hq * prompt_tokens)  # fmt: skip
+    classes = [(b / bytes_per_s, f / flops_per_s)
+               for b, f in ((gemm_bytes, gemm_flops), (attn_bytes, attn_flops))]  # fmt: skip
+    gemm, attention = (max(m, c) for m, c in classes)
+    hbm_bound = sum(m for m, c in classes if m >= c)
     act = ACT_BYTES * model.d_model * new
-    reduces = 2 * layers * ring_allreduce_s(act, tp, gpu.nvlink_bytes_per_s, gpu.nvlink_latency_s)
-    hops = (pp - 1) * (act / gpu.ib_bytes_per_s + gpu.ib_latency_s)
+    reduces = hops = 0.0
+    if tp > 1:
+        bw, lat = gpu_links.link(gpu, True)
+        reduces = 2 * layers * gpu_links.tp_allreduce_s(act, tp, bw, lat)
+        read(gpu_links.NVLINK_LATENCY_KEY, lat)  # every all-reduce adds it
+    if pp > 1:
+        in_node = layout.gpus <= gpu.gpus_per_node
+        hops = (pp - 1) * gpu_links.stage_hop_s(gpu, act, tp=tp, in_node=in_node)
+        read(gpu_links.LATENCY_KEYS[not in_node], gpu_links.latency_s(gpu, in_node))
     fixed = floor_s(model, kernel_s)
-    seconds = max(memory, compute) + fixed + reduces + hops
-    return GpuStep(seconds, memory, compute, reduces, hops, kernels_s=fixed)
+    seconds = gemm + attention + fixed + reduces + hops
+    memory = (gemm_bytes + attn_bytes) / bytes_per_s  # the step's bytes and flops at their rates
+    compute = (gemm_flops + attn_flops) / flops_per_s
+    return GpuStep(seconds, memory, compute, reduces, hops, fixed, gemm, attention, hbm_bound)

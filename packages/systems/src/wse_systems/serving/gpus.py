@@ -75,10 +75,14 @@ together with an aggregate throughput.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
+from wse_core.cost.assumptions import assume, constant_of
+from wse_core.cost.reads import Reads, merged, read, reading, recording
 from wse_core.errors import require_int
 
+from wse_systems import gpu_links
 from wse_systems.gpu import USABLE_MEMORY, GpuMemoryError, GpuSpec
 from wse_systems.serving.frontier import (
     OperatingPoint,
@@ -315,7 +319,24 @@ class GpuServing:
                 f"the step budget of {self.token_budget}); use more GPUs or a shorter context"
             )
         fits = [lay for lay, b in self.layouts.items() if b * (self.units // lay.gpus) >= users]
-        return max((self.layout_point(lay, users) for lay in fits), key=_layout_rank)
+        return self._best(fits, users)
+
+    def _best(self, fits: list[GpuLayout], users: int) -> OperatingPoint:
+        """The best of `fits` at `users` (`_layout_rank`), each layout's reads recorded apart:
+        a link latency read only by layouts not taken is noted as moving the point where an
+        end of its sweep changes it (`_note`; hunt jobs17 B: 16 GPUs of an 8B, served as two
+        tp 8 replicas, listed the InfiniBand latency of the tp 8 x pp 2 layout not taken)."""
+        priced = []
+        for lay in fits:
+            with recording(isolated=True) as got:
+                priced.append((self.layout_point(lay, users), got))
+        best, own = max(priced, key=lambda x: _layout_rank(x[0]))
+
+        def again() -> OperatingPoint:
+            return max((self.layout_point(x, users) for x in fits), key=_layout_rank)
+
+        _note(merged(*(got for _, got in priced)), own, again, best)
+        return best
 
 
 # the request's times averaged over the requests, where replicas of two batches serve them
@@ -380,7 +401,43 @@ def gpus_to_match(
     user at least that fast and admitted at once), None where no layout can. Layouts are
     enumerated (tp <= a node, then whole nodes up to one stage per layer), never GPU counts.
     `serving`: the `GpuServing` keywords (workload, fractions with the kernel cost,
-    speculation, precision)."""
+    speculation, precision). The link latencies its layouts read are noted as moving it only
+    where an end of their sweep changes the counts (hunt jobs17 B: a plan on one node, whose
+    counts never took a pipeline across nodes, listed the InfiniBand latency as moving it)."""
+    args = (model, gpu, user_tokens_per_s, aggregate_tokens_per_s, serving)
+    with recording(isolated=True) as got:
+        counts = _gpus_to_match(*args)
+    _note(got, None, lambda: _gpus_to_match(*args), counts)
+    return counts
+
+
+def _note(got: Reads, sure: Reads | None, again: Callable[[], Any], now: Any) -> None:
+    """Note `got`, reads recorded apart, in the recorders around: each as read and as moving
+    as recorded, but a link latency (`gpu_links.LATENCY_KEYS`) that `sure` (the reads of what
+    gave `now`; None: none) did not read as moving, only where `again()` with it at an end of
+    its sweep differs from `now` (a latency moves every step that reads it, not always the
+    choice among them)."""
+    for key, values in got.values.items():
+        moves = key in got.moving
+        if moves and key in gpu_links.LATENCY_KEYS and reading():
+            if sure is None or key not in sure.moving:
+                ends = (min(constant_of(key).sweep), max(constant_of(key).sweep))
+                moves = any(_again_at(key, v, again) != now for v in ends)
+        for v in values:
+            read(key, v, moves)
+
+
+def _again_at(key: str, value: float, again: Callable[[], Any]) -> Any:
+    """`again()` with the link latency `key` at `value`, its reads unrecorded."""
+    with assume(**{key: value}), recording(isolated=True):
+        return again()
+
+
+def _gpus_to_match(
+    model: DecoderShape, gpu: GpuSpec, user_tokens_per_s: float,
+    aggregate_tokens_per_s: float, serving: dict[str, Any],
+) -> tuple[int | None, int | None]:  # fmt: skip
+    """`gpus_to_match`'s search (its docstring)."""
     node = gpu.gpus_per_node
     sizes = [r for r in range(1, node) if tp_ok(model, r)]  # every tp vLLM runs (hunt 75)
     sizes += [node * k for k in range(1, model.n_layers + 1) if tp_ok(model, node)]

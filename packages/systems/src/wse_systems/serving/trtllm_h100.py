@@ -19,7 +19,9 @@ the one in force, `wse_systems.serving.gpu_step.kernel_s_in_force()`: `KERNEL_S`
 `wse_systems.serving.gpu_step.FITTED_*` hold, unless `--assume gpu.kernel_s` moves it);
 `fit_over_floor()` that fit at each value of the kernel cost's sweep, with the checks' rms
 (the rows do not identify the kernel cost: the rms falls as it grows until the HBM share
-reaches 1).
+reaches 1); `fit_over_latency()` the same over the NVLink latency's sweep
+(`gpu.nvlink_latency_s`, `wse_systems.gpu_links`: the rms falls as it grows too, so it is
+assumed, not fitted; hunt jobs17 B).
 Notes: docs/references/trtllm-h100.md.
 """
 
@@ -30,10 +32,15 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from wse_core.cost.assumptions import assume
+from wse_core.cost.reads import recording
+
+from wse_systems.gpu_links import NVLINK_LATENCY, NVLINK_LATENCY_KEY
 from wse_systems.serving.gpu_step import KERNEL, kernel_s_in_force
 from wse_systems.transformer import LLAMA31_8B, DecoderCounts
 
-__all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted", "predict", "fit", "fit_over_floor"]
+__all__ = ["SOURCE", "TrtllmRow", "SHAPES", "ROWS", "fitted", "predict", "fit", "fit_over_floor",
+           "fit_over_latency"]  # fmt: skip
 
 SOURCE = (
     "NVIDIA TensorRT-LLM v0.19.0 performance overview (docs/source/performance/"
@@ -170,12 +177,26 @@ def fit_over_floor(values: tuple[float, ...] = KERNEL.sweep) -> list[dict[str, f
     """The fit at each `kernel_s` of `values` (default the assumed constant's sweep): the two
     fractions, the rms log ratio on the fitted rows and on the checks. What the assumed kernel
     cost moves, shown beside the fit (about 4 s a value)."""
-    checks = [r for r in ROWS if not fitted(r)]
-    out = []
-    for kernel_s in values:
-        mfu, hbm, rms = fit(kernel_s)
-        logs = [math.log(predict(r, mfu=mfu, hbm_fraction=hbm, kernel_s=kernel_s)
-                         / r.output_tokens_per_s) for r in checks]  # fmt: skip
-        out.append({"kernel_s": kernel_s, "mfu": mfu, "hbm_fraction": hbm, "rms_fitted": rms,
-                    "rms_checks": math.sqrt(sum(v * v for v in logs) / len(logs))})  # fmt: skip
+    return [{"kernel_s": kernel_s, **_fit_and_checks(kernel_s)} for kernel_s in values]
+
+
+def fit_over_latency(values: tuple[float, ...] = NVLINK_LATENCY.sweep) -> list[dict[str, float]]:
+    """The fit at each NVLink latency of `values` (default the assumed constant's sweep,
+    `gpu.nvlink_latency_s`), as `fit_over_floor` (the reads at the sweep's values are not
+    recorded: a listing beside the run names the value in force), at the kernel cost in
+    force."""
+    kernel_s, out = kernel_s_in_force(), []
+    for value in values:
+        with assume(**{NVLINK_LATENCY_KEY: value}), recording(isolated=True):
+            out.append({"nvlink_latency_s": value, **_fit_and_checks(kernel_s)})
     return out
+
+
+def _fit_and_checks(kernel_s: float) -> dict[str, float]:
+    """The fit at `kernel_s` and the rms log ratio of the checks at it."""
+    checks = [r for r in ROWS if not fitted(r)]
+    mfu, hbm, rms = fit(kernel_s)
+    logs = [math.log(predict(r, mfu=mfu, hbm_fraction=hbm, kernel_s=kernel_s)
+                     / r.output_tokens_per_s) for r in checks]  # fmt: skip
+    return {"mfu": mfu, "hbm_fraction": hbm, "rms_fitted": rms,
+            "rms_checks": math.sqrt(sum(v * v for v in logs) / len(logs))}  # fmt: skip

@@ -13,9 +13,10 @@ rows marked apart. `--quick` changes nothing (the model is arithmetic). Measurem
 fit re-run here and its rms log ratio per role, then the fit at each value of the kernel
 cost's sweep (`trtllm_h100.fit_over_floor()`: the kernel cost, the fitted MFU and HBM share,
 the rms on the fitted rows and on the checks; hunt 68: the sweep that shows the rows do not
-identify the kernel cost, which is why it is assumed, was never printed). The rows and the
-fit re-run price the kernel cost in force (`--assume gpu.kernel_s=S`; `--sweep gpu.kernel_s`
-reruns the rows only, `run_predictions`).
+identify the kernel cost, which is why it is assumed, was never printed), and over the NVLink
+latency's (`trtllm_h100.fit_over_latency()`, `gpu.nvlink_latency_s`; hunt jobs17 B). The rows
+and the fit re-run price the kernel cost and the latencies in force (`--assume gpu.kernel_s=S`,
+`gpu.nvlink_latency_s=S`; `--sweep KEY` reruns the rows only, `run_predictions`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from __future__ import annotations
 import math
 
 from wse_core import ExperimentResult, PredictionRow
-from wse_core.studies.experiment import row_role
+from wse_core.cost.reads import recording
+from wse_core.studies.experiment import read_by, row_role
 
 from wse_systems.serving import trtllm_h100 as tr
 from wse_systems.serving.gpu_step import FITTED_HBM_FRACTION, FITTED_MFU, kernel_s_in_force
@@ -38,12 +40,16 @@ ROLES = ((FITS, "fitted"), ("check", "check"))
 
 
 def _row(r: tr.TrtllmRow) -> PredictionRow:
-    value = tr.predict(r, mfu=FITTED_MFU, hbm_fraction=FITTED_HBM_FRACTION)
+    """The row at the fitted fractions, with what its pricing read (a tp 1 row reads no
+    NVLink latency: hunt jobs17 B)."""
+    with recording() as got:
+        value = tr.predict(r, mfu=FITTED_MFU, hbm_fraction=FITTED_HBM_FRACTION)
     params = {"model": r.model, "gpus": r.gpus, "tp": r.tp, "pp": r.pp,
               "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
               "precision": "fp8", "role": FITS if tr.fitted(r) else "check"}  # fmt: skip
-    return PredictionRow("output_tokens_per_s", value, "tokens/s", params,
-                         r.output_tokens_per_s, tr.SOURCE)  # fmt: skip
+    row = PredictionRow("output_tokens_per_s", value, "tokens/s", params,
+                        r.output_tokens_per_s, tr.SOURCE)  # fmt: skip
+    return read_by(got, row)[0]
 
 
 def _rms(rows: list[PredictionRow], role: str) -> float:
@@ -101,6 +107,7 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
         *({"what": f"rms log ratio, {label} rows", "role": role, "rows": sum(row_role(p) == role
            for p in rows), "rms_log_ratio": _rms(rows, role)} for role, label in ROLES),
         *({"what": "fit at kernel_s", **f} for f in over_floor),
+        *({"what": "fit at nvlink_latency_s", **f} for f in tr.fit_over_latency()),
     ]  # fmt: skip
     config = {"source": tr.SOURCE, "mfu": FITTED_MFU, "hbm_fraction": FITTED_HBM_FRACTION,
               "kernel_s": kernel_s, "precision": "fp8", "gpu": "H100-SXM5-80GB"}  # fmt: skip
