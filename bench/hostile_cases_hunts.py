@@ -28,6 +28,7 @@ def hunt_cases() -> list[Case]:
     from hostile_cases_hunt78 import hunt78_cases  # session 78's
     from hostile_cases_hunt79 import hunt79_cases  # session 79's
     from hostile_cases_hunt80 import hunt80_cases  # session 80's review
+    from hostile_cases_hunt81 import hunt81_cases  # session 81's
     from hostile_cases_more import hunt59_cases, hunt60_cases, more_cases  # hunts 57, 59, 60
 
     return [*found_cases(), *more_cases(),
@@ -36,4 +37,5 @@ def hunt_cases() -> list[Case]:
             *hunt67_cases(), *hunt68_cases(), *hunt69_cases(),
             *hunt70_cases(), *hunt71_cases(), *hunt72_cases(), *hunt73_cases(),
             *hunt74_cases(), *hunt75_cases(), *hunt76_cases(),
-            *hunt77_cases(), *hunt78_cases(), *hunt79_cases(), *hunt80_cases()]  # fmt: skip
+            *hunt77_cases(), *hunt78_cases(), *hunt79_cases(), *hunt80_cases(),
+            *hunt81_cases()]  # fmt: skip

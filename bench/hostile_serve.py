@@ -164,6 +164,7 @@ def _rows(proc, log, port: int, grpc_port: int, every_s: float, bench=None) -> l
     `(wse, env)` to run it by, a `wse infer bench` every request of which it refuses)."""
     import httpx
     from hostile_cases_hunt80 import hunt80_requests
+    from hostile_cases_hunt81 import hunt81_requests
     from soak_server import grpc_drain
     from soak_traffic import hostile_body
 
@@ -222,6 +223,7 @@ def _rows(proc, log, port: int, grpc_port: int, every_s: float, bench=None) -> l
     requests += [("a stop string of 1,000,000 characters (hunt 59)", "/v1/completions",
                   httpx.Request("POST", url, json=long_stop).content, 400)]  # fmt: skip
     requests += hunt80_requests(model)
+    requests += hunt81_requests(model)
     rows = []
     for name, path, body, want, *how in requests:
         method, ctype = how if how else ("POST", "application/json")
