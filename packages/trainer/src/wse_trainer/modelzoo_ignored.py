@@ -17,8 +17,9 @@ refused one a run, with no note or none that fitted):
   both splits with its own tokenizer of model.vocab_size tokens; the reader checks the two
   agree (`config._config`), since only the model section knows the model's.
 - `optimizer.correct_bias` true (adam and adamw correct the bias here, optax's
-  `scale_by_adam`), `grad_accum_steps` 1 (ModelZoo's GPU accumulation, a no-op on a CS system;
-  here a step's batch is accumulated over `train_input.micro_batch_size`), `log_summaries`
+  `scale_by_adam`), `amsgrad` false (ModelZoo's default; true is refused: `_amsgrad`),
+  `grad_accum_steps` 1 (ModelZoo's GPU accumulation, a no-op on a CS system; here a step's
+  batch is accumulated over `train_input.micro_batch_size`), `log_summaries`
   (summaries only), `adjust_learning_rate` at 1 (no multiplier), `save_losses` (loss files:
   metrics.jsonl records the logged steps' losses either way), `precision_opt_level` 0 or 1
   (the compiler's; the arithmetic here is model.dtype's).
@@ -70,6 +71,10 @@ IGNORED_NOTES = {
         "splits with its own tokenizer of that many tokens): ignored"
     ),
     "adam": "Adam's bias correction, which adam and adamw here always apply: ignored",
+    "amsgrad": (
+        "Adam's AMSGrad off (ModelZoo's default): adam and adamw here divide by the running "
+        "second moment itself, not by its maximum so far: ignored"
+    ),
     "accum": (
         "ModelZoo's gradient accumulation on GPUs (no effect on a CS system, as ModelZoo says), "
         "1: none; a step here accumulates over train_input.micro_batch_size: ignored"
@@ -88,6 +93,23 @@ IGNORED_NOTES = {
         "the Cerebras compiler's precision/speed level of its kernels; the arithmetic here is "
         "model.dtype's (float32, or bfloat16 compute over fp32 master weights) at levels 0 "
         "and 1 alike: ignored"
+    ),
+    # ModelZoo's model.mixed_precision and fp16_type, read as model.dtype
+    # (`modelzoo_model._precision`; hunt 81)
+    "precision_bfloat16": (
+        "ModelZoo's mixed precision in bfloat16, read as model.dtype bfloat16 (16-bit compute "
+        "over fp32 master weights)"
+    ),
+    "precision_float32": "ModelZoo's mixed precision off, read as model.dtype float32",
+    "cbfloat16": (
+        "ModelZoo's mixed precision in cbfloat16 (Cerebras' CB16: 6 exponent and 9 mantissa "
+        "bits), which runs on a CS system only; read as model.dtype bfloat16 (8 exponent and 7 "
+        "mantissa bits: a wider range, a coarser rounding), as ModelZoo itself runs cbfloat16 "
+        "off a CS system"
+    ),
+    "fp16_unread": (
+        "ModelZoo's 16-bit type, read only with model.mixed_precision true (its default is "
+        "false); model.dtype sets the compute type here: ignored"
     ),
     "init": (
         "ModelZoo's initial weights at its default scale; a run here draws untruncated "
@@ -233,6 +255,26 @@ def _correct_bias(where: str, value: Any) -> Ignored:
     )
 
 
+def _amsgrad(where: str, value: Any) -> Ignored:
+    """ModelZoo's Adam/AdamW `amsgrad` (false unless given): false is what runs. True is
+    refused: ModelZoo (as torch) keeps the maximum of the raw second moment and applies the
+    step's bias correction to it, optax's `amsgrad` the maximum of the bias-corrected moment,
+    another denominator from the second step on (hunt 81; a moment that falls after step 1:
+    sqrt(1 + beta2) apart)."""
+    if value is None or value is False:
+        return Ignored("amsgrad", None)
+    if value is not True:
+        return Ignored(None, f"{where} must be true or false, got {yaml_text(value)}")
+    return Ignored(
+        None,
+        "optimizer.amsgrad true asks for AMSGrad (ModelZoo's Adam and AdamW divide by the "
+        "largest second moment so far); adam and adamw here do not run it (optax's amsgrad "
+        "keeps the largest bias-corrected moment instead, another step size from the second "
+        "step on), so the steps would move by other amounts than asked: give false, or leave "
+        "the key out",
+    )
+
+
 def _accumulation(where: str, value: Any) -> Ignored:
     """ModelZoo's `grad_accum_steps` (run_cstorch_flow: GPU only; "no effect when running on
     the CSX")."""
@@ -293,6 +335,7 @@ _RULES: dict[tuple[str, str], Callable[[str, Any], Ignored]] = {
     **{(s, "drop_last"): _drop_last for s in INPUTS},
     **{(s, "vocab_size"): _vocab for s in INPUTS},
     ("optimizer", "correct_bias"): _correct_bias,
+    ("optimizer", "amsgrad"): _amsgrad,
     ("optimizer", "grad_accum_steps"): _accumulation,
     ("optimizer", "log_summaries"): _boolean("summaries"),
     ("optimizer", "adjust_learning_rate"): _lr_scale,

@@ -2,11 +2,13 @@
 
 ModelZoo's `runconfig.eval_steps` is our `eval_input.eval_steps`, its `max_checkpoints` our
 `keep_checkpoint_max`, its AdamW's `optimizer.betas: [b1, b2]` our `beta1` and `beta2`, its
-GPT-2 model keys HF's names of ours (`MODELZOO_KEYS`; hunt 72: they were refused, "did you
-mean 'max_steps'?"). `moved(data)` is a copy of one params mapping (a
-file's, or a command line's overrides as a mapping) in our keys, with each setting it moved
-as the user wrote it (`Written`), so that a line about it names the key written (hunt 73:
-`betas: [0.9, 1.5]` was refused as `optimizer.beta2`). `moved_problem(data)` is the line
+`optimizer.weight_decay_rate` (1.x's; hunt 81: "did you mean 'weight_decay'?") our
+`weight_decay`, its data processors' `use_vsl` our `packing`, its GPT-2 model keys HF's
+names of ours (`MODELZOO_KEYS`; hunt 72: they were refused, "did you mean 'max_steps'?").
+`moved(data)` is a copy of one params mapping (a file's, or a command line's overrides as a
+mapping) in our keys, with each setting it moved as the user wrote it (`Written`), so that a
+line about it names the key written (hunt 73: `betas: [0.9, 1.5]` was refused as
+`optimizer.beta2`). `moved_problem(data)` is the line
 why a mapping cannot move: betas no pair, or one setting given both ways, differently, in the
 same mapping. A file's settings are moved before a command line's overrides apply, each
 mapping on its own, so that an override in either spelling replaces the file's value (hunt
@@ -46,6 +48,13 @@ INPUTS = ("train_input", "eval_input")
 MODELZOO_KEYS = {("runconfig", "eval_steps"): ("eval_input", ("eval_steps",)),
                  ("runconfig", "max_checkpoints"): ("runconfig", ("keep_checkpoint_max",)),
                  ("optimizer", "betas"): ("optimizer", ("beta1", "beta2")),
+                 # ModelZoo 1.x's key (PyTorchBaseModel: weight_decay=oparams.get(
+                 # "weight_decay_rate", 0.0)), an alias in its optimizer factory since
+                 ("optimizer", "weight_decay_rate"): ("optimizer", ("weight_decay",)),
+                 # its GPT data processors' variable sequence length (VSL: each token attends
+                 # within its own packed sequence, position ids restarting at each; hunt 81:
+                 # refused bare, false too), which packing is here (`data.segments`)
+                 **{(s, "use_vsl"): (s, ("packing",)) for s in INPUTS},
                  ("model", "share_embedding_weights"): ("model", ("tie_embeddings",)),
                  ("model", "layer_norm_epsilon"): ("model", ("norm_eps",)),
                  ("model", "hidden_size"): ("model", ("d_model",)),
@@ -74,11 +83,6 @@ MODELZOO_NOTES = {
         "ModelZoo's log_summaries is an optimizer key: optimizer.log_summaries (its extra "
         "TensorBoard summaries; read and dropped here)"
     ),
-    ("model", "mixed_precision"): (
-        "no such key: model.dtype sets it; bfloat16 is 16-bit compute over fp32 master "
-        "weights, as mixed_precision true, and float32 none"
-    ),
-    ("model", "fp16_type"): "no such key: model.dtype: bfloat16 is the one 16-bit type here",
     ("", "trainer"): (
         "ModelZoo 2.x's trainer: format is not read; give the 1.x params sections "
         "train_input, eval_input, model, optimizer, runconfig"
@@ -214,6 +218,8 @@ def written_problem(where: str, key: str, value: Any) -> str | None:
         return outside_unit(where, value)
     if key == "keep_checkpoint_max":
         return keep_problem(where, value)
+    if key == "weight_decay" and not value >= 0:  # named as written (weight_decay_rate)
+        return f"{where} must be >= 0, got {value}"
     return eval_steps_problem(where, value) if key == "eval_steps" else None
 
 

@@ -19,6 +19,10 @@ lines, `config._model_keys`).
   and its Llama files' value (hidden_size / num_heads) is read, a partial rotation refused.
 - The initial weights (`modelzoo_init.INIT_KEYS`): at ModelZoo's default scale, or the draw
   that runs here, read with a note; another refused (`modelzoo_init`).
+- `mixed_precision` and `fp16_type` are model.dtype (`_precision`; hunt 81: refused, their
+  own notes saying what they mean): true with bfloat16 (or cbfloat16, Cerebras' CB16, run as
+  bfloat16 with a note, as ModelZoo runs it off a CS system) is bfloat16, false float32;
+  float16, ModelZoo's default fp16_type, is refused.
 - `precision_opt_level` (ModelZoo 1.x's model key, its runconfig's since) is read as
   runconfig's (`modelzoo_ignored.ignored`).
 - A model given its heads alone takes as many key/value heads where its preset's count means
@@ -77,9 +81,15 @@ _BY_ARCH = {
     "embeddings_scale": ((1.0, 1.0), "the embeddings are not scaled here"),
 }  # fmt: skip
 _ATTENTION = ("attention_module", "extra_attention_params")
+_PRECISION = ("mixed_precision", "fp16_type")
 MODEL_VALUES = frozenset(
-    {"nonlinearity", *_BY_ARCH, *_ATTENTION, "rotary_dim", *INIT_KEYS, "precision_opt_level"}
-)
+    {"nonlinearity", *_BY_ARCH, *_ATTENTION, *_PRECISION, "rotary_dim", *INIT_KEYS,
+     "precision_opt_level"}
+)  # fmt: skip
+# ModelZoo's fp16_type names (its cstorch.amp.set_half_dtype's) -> the model.dtype that runs
+# them here (None: none); unset, mixed precision is float16, ModelZoo's default
+# (`half_dtype.set_half_dtype_from_params`: params.get("fp16_type", "float16"))
+HALF_TYPES = {"bfloat16": "bfloat16", "cbfloat16": "bfloat16", "float16": None}
 _MODULES = {
     "aiayn_attention": "every head its own keys and values",
     "multiquery_attention": "extra_attention_params.num_kv_groups key/value heads",
@@ -246,6 +256,49 @@ def _attention(
     return None, None
 
 
+def _precision(fields: Mapping[str, Any], out: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Set `out`'s dtype from ModelZoo's `mixed_precision` and `fp16_type` (hunt 81: refused,
+    though their own notes said what they mean): (None, the note key), or (why, None).
+    mixed_precision true is 16-bit compute over fp32 master weights in fp16_type, which is
+    model.dtype bfloat16 here for bfloat16, and for cbfloat16 too (Cerebras' CB16, 6 exponent
+    and 9 mantissa bits, runs on a CS system only: ModelZoo itself runs bfloat16 in its place
+    elsewhere, `run_cstorch_flow`); float16, ModelZoo's default, does not run here. false is
+    float32. fp16_type without mixed_precision true is read by nothing (ModelZoo's
+    mixed_precision defaults to false)."""
+    mixed, half = fields.get("mixed_precision"), fields.get("fp16_type")
+    name = half.casefold() if isinstance(half, str) else half
+    if mixed is not None and not isinstance(mixed, bool):
+        return f"model.mixed_precision must be true or false, got {yaml_text(mixed)}", None
+    if half is not None and name not in HALF_TYPES:
+        return (
+            f"model.fp16_type must be one of {', '.join(HALF_TYPES)} (ModelZoo's 16-bit types), "
+            f"got {yaml_text(half)}"
+        ), None
+    if name == "float16" or (mixed and half is None):
+        given = (
+            "model.fp16_type float16"
+            if half is not None
+            else "model.mixed_precision true with no fp16_type (ModelZoo's default: float16)"
+        )
+        return (
+            f"{given}: there is no float16 here (model.dtype float32 or bfloat16, whose 8-bit "
+            "exponent needs no loss scaling); give model.fp16_type: bfloat16 (model.dtype "
+            "bfloat16: 16-bit compute over fp32 master weights), or mixed_precision: false"
+        ), None
+    if mixed is None:
+        return None, "fp16_unread" if half is not None else None
+    dtype = HALF_TYPES[name] if mixed else "float32"
+    given = fields.get("dtype")
+    if given is not None and given != dtype:
+        return (
+            f"model.mixed_precision {yaml_text(mixed)}"
+            f"{f' with fp16_type {half}' if mixed else ''} gives model.dtype {dtype}, and "
+            f"model.dtype is {shown_value(given)}; give it once"
+        ), None
+    out["dtype"] = dtype
+    return None, "cbfloat16" if name == "cbfloat16" and mixed else f"precision_{dtype}"
+
+
 def _rotary(fields: Mapping[str, Any], base: Any, arch: str) -> tuple[str | None, str | None]:
     """rotary_dim: (None, None) where it turns each head's whole dimension, else the line
     (and the key and value on a gpt2, whose positions are learned)."""
@@ -280,7 +333,7 @@ def read_model(fields: Mapping[str, Any], base_of: Callable[[], Any]) -> ModelRe
     out, lines, notes = dict(fields), [], {}  # lines: (line, the other arch's key and value)
     if heads_alone and (arch == "gpt2" or arch != base.arch):
         out["n_kv_heads"] = fields["n_heads"]
-    said_attention = False
+    said_attention = said_precision = False
     for key, value in fields.items():
         why, other = None, None
         if key == "nonlinearity":
@@ -295,6 +348,13 @@ def read_model(fields: Mapping[str, Any], base_of: Callable[[], Any]) -> ModelRe
         elif key in _ATTENTION and not said_attention:
             said_attention = True
             why, other = _attention(fields, base, arch, out)
+        elif key in _PRECISION:
+            if not said_precision:
+                said_precision = True
+                why, note = _precision(fields, out)
+                if note:
+                    notes.setdefault(note, []).extend(f"model.{k}" for k in _PRECISION
+                                                       if k in fields)  # fmt: skip
         elif key == "rotary_dim":
             why, other = _rotary(fields, base, arch)
         elif key in INIT_KEYS:
