@@ -237,8 +237,9 @@ def test_num_kv_groups_is_the_key_value_heads_of_modelzoos_multiquery_attention(
 def test_the_run_names_the_llama_by_its_arch(tmp_path):
     path = tmp_path / "llama.yaml"
     path.write_text(LLAMA)
+    # hunt 81: the excerpt gives no step count, which a training run needs (ModelZoo's too)
     given = ["model.arch=llama", "train_input.max_sequence_length=64",
-             "eval_input.max_sequence_length=64"]  # fmt: skip
+             "eval_input.max_sequence_length=64", "runconfig.max_steps=2"]  # fmt: skip
     code, out = invoke(ROOT, ["train", path, *given, "--validate-only", "-o", tmp_path / "r"])
     assert code == 0, out[-2000:]
     assert "model llama (preset tiny-gpt2's other settings):" in " ".join(out.split())

@@ -6,10 +6,12 @@ checkpoints, `num_csx`, the wafer). `load_config(path, overrides)` reads the fil
 dotted overrides (`optimizer.learning_rate=3e-4`, values parsed as YAML; `key=null` as
 `key: null` in the file, `wse_trainer.override_nulls`) and returns a frozen `TrainConfig`;
 ModelZoo's spellings of our settings (`runconfig.eval_steps`, `max_checkpoints`,
-`optimizer.betas`, GPT-2's model keys) are moved to ours (`wse_trainer.modelzoo_keys`), its
-keys that change nothing here read with a note (`wse_trainer.modelzoo_ignored`; a data
-processor's `vocab_size` checked against the model's here, once every section is read), its
-model keys read by the model (`wse_trainer.modelzoo_model`).
+`optimizer.betas`, `weight_decay_rate`, `use_vsl`, GPT-2's model keys) are moved to ours
+(`wse_trainer.modelzoo_keys`), its keys that change nothing here read with a note
+(`wse_trainer.modelzoo_ignored`; a data processor's `vocab_size` checked against the model's
+here, once every section is read), its model keys read by the model
+(`wse_trainer.modelzoo_model`). A section that leaves `optimizer.lr_schedule` out runs
+`optimizer_names.default_schedule`'s, said in the run's notes (hunt 81).
 Unknown sections or keys, duplicate keys and wrong types are `ConfigError`s naming the key
 and what to give instead. What the values cannot run is checked before anything compiles by
 `wse_trainer.config_check.check_config`.
@@ -40,6 +42,8 @@ from wse_trainer.optimizer_names import (
     OPTIMIZER_NAMES,
     READ_BY,
     SCHEDULE_NAMES,
+    default_schedule,
+    schedule_note,
     scheduler_list,
     unused_settings,
 )
@@ -85,7 +89,9 @@ class OptimizerConfig:
 
     optimizer_type: str = "adamw"  # adamw | adam | sgd | momentum
     learning_rate: float = 3e-3
-    lr_schedule: str = "cosine"  # constant | cosine | linear
+    # constant | cosine | linear; None (left out): `optimizer_names.default_schedule`,
+    # constant as ModelZoo runs a number learning_rate, cosine beside our decay settings
+    lr_schedule: str | None = None
     warmup_steps: int = 0
     min_learning_rate: float = 0.0
     decay_steps: int | None = None  # default: runconfig.max_steps
@@ -101,6 +107,8 @@ class OptimizerConfig:
     max_gradient_value: float | None = None
 
     def __post_init__(self) -> None:  # adamw's and adam's unread 0.9: as runs saved it before
+        if self.lr_schedule is None:  # hunt 81: a ModelZoo file's number decayed to 0 unsaid
+            object.__setattr__(self, "lr_schedule", default_schedule(self))
         for field, names in (("optimizer_type", OPTIMIZER_NAMES), ("lr_schedule", SCHEDULE_NAMES)):
             value = getattr(self, field)
             if isinstance(value, str) and value.casefold() in names:
@@ -111,7 +119,10 @@ class OptimizerConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunConfig:
-    max_steps: int = 100  # total, counted from the global step
+    # total, counted from step 0; None (left out): as ModelZoo, num_steps past the step the
+    # run starts from (`modelzoo_runconfig.run_steps`), and a training run needs one of the two
+    # (hunt 81: a hidden 100 set where a run stopped and how long its decay was)
+    max_steps: int | None = None
     num_steps: int | None = None  # steps of this invocation
     mode: str = "train"  # train | eval | train_and_eval | eval_all (`run.run_eval_all`)
     model_dir: str = "model_dir"
@@ -424,7 +435,10 @@ def _config(data: Mapping[str, Any], written: Mapping[str, Written]) -> TrainCon
     sections = {name: _section(name, data.get(name), written, said) for name in SECTIONS}
     _vocab_problems(data.get("model") or {}, said)
     said.raise_any()
-    return TrainConfig(**default_splits(sections, data), notes=said.notes())
+    notes = said.notes()
+    if (data.get("optimizer") or {}).get("lr_schedule") is None:  # left out: what runs, said
+        notes += (schedule_note(sections["optimizer"]),)
+    return TrainConfig(**default_splits(sections, data), notes=notes)
 
 
 def _moved(data: Mapping[str, Any], *, nulls: bool = False) -> tuple[dict, dict[str, Written]]:

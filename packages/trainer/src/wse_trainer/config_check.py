@@ -158,8 +158,8 @@ def check_config(
     _check_cadence(run)
     _check_run_extras(config)
     _positive("runconfig.num_steps", run.num_steps)
-    if run.num_steps is not None and run.num_steps > run.max_steps:  # hunt 59: was taken
-        raise ConfigError(
+    if run.num_steps is not None and run.max_steps is not None and run.num_steps > run.max_steps:
+        raise ConfigError(  # hunt 59: was taken
             f"runconfig.num_steps={run.num_steps:,} (--num-steps: steps of this invocation) is "
             f"more than runconfig.max_steps={run.max_steps:,} (--max-steps: the total, counted "
             f"from step 0), so the run would stop at step {run.max_steps:,} first; raise "
@@ -359,7 +359,7 @@ def config_notes(config: TrainConfig) -> list[str]:
 
     opt, run = config.optimizer, config.runconfig
     notes = list(config.notes)  # ModelZoo's keys that change nothing here (hunt 79)
-    if run.mode != "eval" and opt.warmup_steps >= run.max_steps > 0:
+    if run.mode != "eval" and run.max_steps is not None and opt.warmup_steps >= run.max_steps > 0:
         last = opt.learning_rate * (run.max_steps - 1) / opt.warmup_steps
         notes.append(
             f"note: optimizer.warmup_steps={opt.warmup_steps:,} is not below "

@@ -45,6 +45,18 @@ set named (None: all); `loads_training_state` / `loads_data` what a start restor
 (ModelZoo: "used in conjunction with checkpoint_path"; an eval reads the weights whatever it
 names), asked by `session.check_inputs`.
 
+How long a run trains (hunt 81: a file with `num_steps` alone, or neither key, ran under a
+hidden `max_steps: 100`, which also set its decay's length, and `num_steps: 150` was refused
+naming that 100): ModelZoo 1.x trains min(num_steps, max_steps - global step) steps
+(`PyTorchBaseRunner`: "One of num_epochs, num_steps, or max_steps must be provided"; its
+params table: max_steps is optional unless neither num_epochs nor num_steps is given), as
+runs here do where both are given. With `num_steps` alone, `run_steps(config, start)` gives
+`max_steps` = the step the run starts from + num_steps (the total the run reaches, where a
+decay without optimizer.decay_steps ends) and the line saying so; a training mode with
+neither is refused (`steps_problem`, asked by `session.check_inputs`, so by a run and
+`--validate-only`). An eval trains nothing: its `max_steps` left out is the step it starts
+from.
+
 `runconfig_read(data)` is the runconfig mapping with `autoload_checkpoint`, the null epoch
 keys and `is_pretrained_checkpoint` read, and `load_checkpoint_states` checked, or the line
 why one cannot be (the key dropped); `autoload_problem(runconfig, steps)` the line for `false`
@@ -55,6 +67,7 @@ imports it; a `key=null` override of a key in `READ_AS_RUNS` is no unknown key
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -63,7 +76,7 @@ from wse_core.errors import shown, shown_value, suggest
 
 __all__ = ["CHECKPOINT_STATES", "READ_AS_RUNS", "TRAINING_STATE", "autoload_problem",
            "checkpoint_states", "eval_all_problem", "loads_data", "loads_training_state",
-           "runconfig_read", "states_problem"]  # fmt: skip
+           "run_steps", "runconfig_read", "states_problem", "steps_problem"]  # fmt: skip
 
 AUTOLOAD = "autoload_checkpoint"
 EPOCHS = ("num_epochs", "steps_per_epoch")  # null: unset, dropped; a value: refused
@@ -229,4 +242,42 @@ def eval_all_problem(runconfig: Any, steps: list[int]) -> str | None:
     return (
         f"runconfig.mode eval_all: no committed checkpoint in {folder!r} to evaluate; give the "
         "model_dir (-o) of a run that saved checkpoints"
+    )
+
+
+TRAINS = ("train", "train_and_eval")  # the modes that train (eval and eval_all do not)
+
+
+def steps_problem(runconfig: Any) -> str | None:
+    """The line for a training mode given neither max_steps nor num_steps, else None."""
+    given = runconfig.max_steps is not None or runconfig.num_steps is not None
+    if runconfig.mode not in TRAINS or given:
+        return None
+    return (
+        f"runconfig.max_steps is not given: runconfig.mode {runconfig.mode} trains to "
+        "runconfig.max_steps (the total steps, counted from step 0; --max-steps), or "
+        "runconfig.num_steps more steps from where it starts (--num-steps); give one, as "
+        "ModelZoo requires"
+    )
+
+
+def run_steps(config: Any, start: int) -> tuple[Any, str | None]:
+    """(`config` with runconfig.max_steps resolved for a run starting at step `start`, the
+    line saying so or None): a max_steps given is kept; left out, it is `start` +
+    num_steps (module doc), or `start` where nothing trains."""
+    run = config.runconfig
+    if run.max_steps is not None:
+        return config, None
+    total = start + (run.num_steps or 0)
+    resolved = dataclasses.replace(config, runconfig=dataclasses.replace(run, max_steps=total))
+    if run.mode not in TRAINS:
+        return resolved, None
+    opt = config.optimizer
+    decay = ""
+    if opt.lr_schedule != "constant" and opt.decay_steps is None:
+        decay = f"; the {opt.lr_schedule} decay (optimizer.decay_steps unset) ends at it"
+    since = f"checkpoint step {start}" if start else "step 0"
+    return resolved, (
+        f"note: runconfig.max_steps unset: runconfig.num_steps={run.num_steps:,} from "
+        f"{since}, so the run trains to step {total:,} (max_steps {total:,}){decay}"
     )

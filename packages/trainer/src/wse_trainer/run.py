@@ -331,7 +331,7 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
     log: Any = NullLog()
     gone: RunFolderGone | None = None
     try:
-        run_cfg = config.runconfig
+        run_cfg = s.config.runconfig  # its max_steps resolved (`modelzoo_runconfig.run_steps`)
         end = run_cfg.max_steps if run_cfg.num_steps is None else start + run_cfg.num_steps
         end = min(end, run_cfg.max_steps)
         trains = run_cfg.mode != "eval" and end > start
@@ -345,7 +345,7 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
         result = RunResult(s.dir, start, {}, restored=s.trainer.memx.params is not initial)
         # hunt 80: the config's notes were the CLI's alone (stderr), never in run.log nor
         # said to a Python caller; one list, logged, echoed and returned
-        result.notes = [*config_notes(config), *notes]
+        result.notes = [*config_notes(s.given), *notes]  # its max_steps resolved
         for note in result.notes:
             log.line(note)
         if run_cfg.mode == "eval" and result.restored:  # hunt 80: it resumes nothing

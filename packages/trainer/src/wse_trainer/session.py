@@ -208,12 +208,19 @@ def check_inputs(config: TrainConfig) -> None:
     (`fitting_tokenizer`); cheap (no JAX, no orbax): the CLI asks before importing them,
     `Session` again."""
     from wse_trainer.data_files import check_data_dir
-    from wse_trainer.modelzoo_runconfig import autoload_problem, eval_all_problem, states_problem
+    from wse_trainer.modelzoo_runconfig import (
+        autoload_problem,
+        eval_all_problem,
+        states_problem,
+        steps_problem,
+    )
     from wse_trainer.run_folder import check_model_dir, checkpoint_steps
 
     model = model_config(config)
     check_config(config, model.max_seq_len, model.vocab_size)  # hunt 59: was after JAX's import
     run_cfg = config.runconfig
+    if why := steps_problem(run_cfg):  # hunt 81: a hidden max_steps=100 trained
+        raise ConfigError(why)
     if run_cfg.checkpoint_path and not checkpoint_steps(run_cfg.checkpoint_path):
         # hunt 67: /dev/zero, a folder of no steps passed here, the run refused them 17 s in
         raise ConfigError(
@@ -268,10 +275,16 @@ class Session:
         from wse_trainer.cadence import keep_note, loop_config
         from wse_trainer.data import EOS, BatchIterator, corpus_texts, tokenizer_identity
         from wse_trainer.layout import choose_layout
+        from wse_trainer.modelzoo_runconfig import loads_training_state, run_steps
         from wse_trainer.optimizer import base_transform
         from wse_trainer.overlap import overlap_note
         from wse_trainer.predicted import attention_pairs
-        from wse_trainer.run_folder import check_resume, keep_decay, make_model_dir
+        from wse_trainer.run_folder import (
+            check_resume,
+            checkpoint_steps,
+            keep_decay,
+            make_model_dir,
+        )
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 
@@ -284,11 +297,18 @@ class Session:
             from wse_trainer.checkpoints import resolve_checkpoint
 
             resolve_checkpoint(run_cfg.checkpoint_path)
+        # max_steps left out: num_steps past the step it starts from (hunt 81), before the
+        # checks and the decay that read it; a fine-tune start (load_checkpoint_states
+        # without the training state) starts from step 0
+        found = checkpoint_steps(run_cfg.checkpoint_path or Path(run_cfg.model_dir) / "checkpoints")
+        resumes = loads_training_state(run_cfg.load_checkpoint_states)
+        config, steps_note = run_steps(config, int(found[0].name) if found and resumes else 0)
+        run_cfg = config.runconfig
         # another model's step: refused, never moved aside; fields that shape no parameter
         # said (hunt 81), where a start or an eval may change them
         said = check_resume(config, self.model)
         config, notes = keep_decay(config)  # the resumed schedule, never stretched: hunt 70
-        notes = [*said, *notes]
+        notes = [*([steps_note] if steps_note else []), *said, *notes]
         self.given = config  # saved as given (`settings`), run with its cadences resolved
         config = loop_config(config)  # ModelZoo's 0 and null (`wse_trainer.cadence`)
         self.config, self.notes = config, notes  # said once the log is open

@@ -96,7 +96,7 @@ def tiny_params(corpus: Path, model_dir: Path) -> dict[str, Any]:
         "train_input": inp,
         "eval_input": {**inp, "eval_steps": 2},
         "model": dict(TINY_MODEL),
-        "optimizer": {"learning_rate": 3e-3, "warmup_steps": 2},
+        "optimizer": {"learning_rate": 3e-3, "lr_schedule": "cosine", "warmup_steps": 2},
         "runconfig": {
             "max_steps": 6,
             "checkpoint_steps": 3,
