@@ -59,22 +59,32 @@ def host_bytes(kind: str, grid: tuple[int, int, int], dtype: str) -> int:
     return cells * (EXACT_BYTES_PER_CELL + 2 * field_bytes_per_cell(kind, dtype))
 
 
-def _check_size(kind: str, grid: tuple[int, int, int], dtype: str, spec, block_z) -> None:
+def _check_size(
+    kind: str, grid: tuple[int, int, int], dtype: str, spec, block_z, boundary: str = "dirichlet"
+) -> None:
     """Refuse, before anything is allocated, a grid with an axis shorter than the stencil's
     reach, an X x Y beyond the wafer's PEs, or host arrays beyond the host's memory. A grid
-    suggested is one these checks accept: within the PEs, every axis at least radius + 1
-    points, NZ a multiple of --block-z (wave25), within the host's memory."""
+    suggested is one these checks and the run's accept: within the PEs, every axis at least
+    radius + 1 points and, periodic jacobi and heat, at least 3 (hunt 81: `--grid 1 4 4
+    --boundary periodic` suggested `--grid 2 4 4`, which the run then refused), NZ a
+    multiple of --block-z (wave25), within the host's memory."""
     from wse_core.host.memory import available_bytes, largest, require
+    from wse_hpc.stencil.config import sine_min_points
     from wse_hpc.stencil.wave import RADIUS as WAVE_RADIUS
 
     nx, ny, nz = grid
-    need = (WAVE_RADIUS if kind == "wave25" else 1) + 1  # points per axis (placement's rule)
+    reach = (WAVE_RADIUS if kind == "wave25" else 1) + 1  # points per axis (placement's rule)
+    # an axis below the reach is refused here; one of 2 points on a periodic sine grid by
+    # the run's own check (its line, `stencil.config`); a grid suggested passes both
+    need = max(reach, sine_min_points(kind, boundary))
     step = block_z if kind == "wave25" and block_z else 1
     z_min = -(-need // step) * step
-    if min(nx, ny, nz) < need:
+    if min(nx, ny, nz) < reach:
+        why = " (the periodic test field sin(2 pi x) is zero on 2 points)" if need > reach else ""
         fail(
-            f"--grid {nx} {ny} {nz}: --kind {kind} needs at least {need} points on every axis; "
-            f"e.g. --grid {max(nx, need)} {max(ny, need)} {max(nz, z_min)}"
+            f"--grid {nx} {ny} {nz}: --kind {kind} --boundary {boundary} needs at least {need} "
+            f"points on every axis{why}; e.g. --grid {max(nx, need)} {max(ny, need)} "
+            f"{max(nz, z_min)}"
         )
     x, y = min(nx, spec.pe_rows), min(ny, spec.pe_cols)
 
@@ -181,7 +191,7 @@ def stencil(
         )
     dtype = default_dtype if dtype is None else dtype
     spec = wafer_spec(preset, spec_file, "wse2")
-    _check_size(kind, tuple(grid), dtype, spec, block_z)
+    _check_size(kind, tuple(grid), dtype, spec, block_z, boundary)
     from rich.console import Console
     from wse_hpc.stencil.runs import StencilConfig, run_stencil
 

@@ -22,7 +22,14 @@ from wse_core.host import limits
 
 from wse_hpc.stencil.placement import StencilError
 
-__all__ = ["INT32_MAX", "KINDS", "StencilConfig", "check_config"]
+__all__ = [
+    "INT32_MAX",
+    "KINDS",
+    "PERIODIC_MIN_POINTS",
+    "StencilConfig",
+    "check_config",
+    "sine_min_points",
+]
 
 KINDS = ("jacobi", "heat", "bicgstab", "wave25")
 INT32_MAX = 2**31 - 1  # step counts are a lax loop's int32 bound
@@ -76,20 +83,29 @@ def _check_certifiable(dtype: object, tol: float) -> None:
 # kinds whose test field is sin(2 pi x) sin(2 pi y) sin(2 pi z) on a periodic grid
 # (`problems.exact_solution`); bicgstab refuses periodic, wave25 starts from a source
 SINE_KINDS = ("jacobi", "heat")
+# points a periodic axis needs for the sine test field: on 2 points (x = 0, 1/2) sin(2 pi x)
+# is 0 everywhere, so the problem is all zero; 3 is the fewest on which it is not
+PERIODIC_MIN_POINTS = 3
+
+
+def sine_min_points(kind: str, boundary: str) -> int:
+    """The fewest points every axis needs for `kind`'s test field under `boundary`:
+    PERIODIC_MIN_POINTS for jacobi and heat on a periodic grid, else 0 (no rule beyond the
+    stencil's reach, which the placement checks). `wse hpc stencil` suggests grids by it."""
+    return PERIODIC_MIN_POINTS if kind in SINE_KINDS and boundary == "periodic" else 0
 
 
 def _check_periodic_grid(cfg: StencilConfig) -> None:
     """Refuse a periodic axis of fewer than 3 points for the kinds that use the sine test
     field: it vanishes at x = 0 and 1/2, so the problem is all zero (hunt 68: 2 2 2 divided
     by a zero norm; 2 8 8 reported residual 0 and error 5e-17 for solving nothing)."""
-    if cfg.kind not in SINE_KINDS or cfg.boundary != "periodic":
-        return
+    need = sine_min_points(cfg.kind, cfg.boundary)
     grid = cfg.grid
     if isinstance(grid, tuple) and all(isinstance(n, numbers.Integral) for n in grid):
-        if min(grid, default=3) < 3:
+        if min(grid, default=need) < need:
             raise StencilError(
-                "a periodic axis needs at least 3 points: sin(2 pi x) vanishes on 2, so the "
-                f"test problem would be all zero; got --grid {' '.join(map(str, grid))}"
+                f"a periodic axis needs at least {need} points: sin(2 pi x) vanishes on 2, so "
+                f"the test problem would be all zero; got --grid {' '.join(map(str, grid))}"
             )
 
 
