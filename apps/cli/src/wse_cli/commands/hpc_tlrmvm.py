@@ -170,6 +170,8 @@ def compress(
     op = dataclasses.replace(op, error_fro=frob)
     path = save_operator(op, out)
     d = {**op.describe(), "frobenius_rel_error": frob, "compress_s": wall, "out": str(path)}
+    if note := no_gain_note(d):
+        d["compression_note"] = note
     if as_json:
         typer.echo(json.dumps(d, indent=2, allow_nan=False))
         return
@@ -179,6 +181,24 @@ def compress(
         f"{op.compression_ratio:.2f}x ({op.bases_bytes / 1e6:.2f} MB of bases); "
         f"||A - A_tlr||_F / ||A||_F = {frob:.2e} (threshold {threshold:g}, "
         f"{_rule_words(op.rule)}); {_bound_words(op)}; {wall:.1f} s; wrote {path}"
+    )
+    if note:
+        typer.echo(note)
+
+
+def no_gain_note(operator: dict) -> str | None:
+    """One line when an operator's bases (`describe()`'s bases_bytes) are no smaller than its
+    dense matrix (dense_bytes), else None (hunt 81: "compression 0.51x" was printed and run
+    without a word). A TLR-MVM reads every base once and does 2 flops per element of them
+    (8 for complex), a dense GEMV 2 (8) per matrix element: both ratios are the bytes'."""
+    bases, dense = operator["bases_bytes"], operator["dense_bytes"]
+    if bases < dense:
+        return None
+    return (
+        f"note: TLR gains nothing here: the bases ({bases / 1e6:.2f} MB) are "
+        f"{bases / dense:.2f}x the dense matrix ({dense / 1e6:.2f} MB), so a dense GEMV reads "
+        f"and multiplies {bases / dense:.2f}x less than this TLR-MVM (a looser --threshold "
+        "keeps fewer ranks)"
     )
 
 
@@ -281,6 +301,8 @@ def run(
         "kernel": eng.kernel,
         **_check_against(op, eng, x),
     }
+    if note := no_gain_note(d["operator"]):
+        d["compression_note"] = note
     if eng.kernel == "pe":  # hunt 76: auto's PE kernels on a small operator, said so
         from wse_hpc.tlrmvm.grouped import kernel_note
 
@@ -314,6 +336,8 @@ def _print_run(d: dict, spec_name: str, assumed: str) -> None:
         f"threshold {o['threshold']:g}, "
         f"||A - A_tlr||_F / ||A||_F {err_text}"
     )
+    if "compression_note" in d:
+        typer.echo(d["compression_note"])
     typer.echo(
         f"placed ({p['layout']}) on {p['grid'][0]} x {p['grid'][1]} PEs of {spec_name} (rank chunk "
         f"{p['rank_chunk']}, {sum(p['bytes_per_pe'].values())} B SRAM per PE); "
