@@ -11,8 +11,11 @@ LAMMPS orders it: [Nosé–Hoover half step] half kick + drift (`fix nve` initia
 swap sweep (the map stays local; with neighbour lists only when they are rebuilt, every
 `nbrs.every` steps, each PE checking its own atom's displacement in between), EAM forces,
 Langevin forces (LAMMPS `fix langevin`: -m v / damp + sqrt(24 kB T m / (damp dt)) (u - 1/2)
-per component, u uniform per PE from `key`), half kick [Nosé–Hoover half step]. `state.eam`
-is the step's force evaluation (its overflow flag: the shell re-plans).
+per component, u uniform per atom from `key` folded with the atom's id: the step's key is the
+run's seed folded with the step, so a draw is keyed by (seed, step, atom id) and does not
+depend on where the atom sits or on how the run is cut into chunks), half kick [Nosé–Hoover
+half step]. `state.eam` is the step's force evaluation (its overflow flag: the shell
+re-plans).
 `integrator(thermostat, ...)` picks the factory a `Thermostat` names.
 
 Nosé–Hoover is LAMMPS's `fix nvt temp T T Tdamp tchain M`: a chain of M thermostats
@@ -64,6 +67,7 @@ __all__ = [
     "integrator",
     "maxwell_boltzmann",
     "bath_energy",
+    "atom_uniforms",
 ]
 
 BOLTZ_EV_K = 8.617343e-5  # LAMMPS metal units
@@ -239,9 +243,20 @@ def nve(
     return _verlet(fns, masses_amu, _dt_ps(dt_fs), lists)
 
 
-def _langevin_fn(temperature_K: float, damp_ps: float, dt_ps: float, wafer: Wafer) -> NoiseFn:
-    rows, cols = wafer.rows, wafer.cols
+def atom_uniforms(key: jax.Array, atom_id: jax.Array, dtype) -> jax.Array:
+    """(R, C, 3) uniforms in [0, 1), each PE's drawn from `key` folded with its atom's id
+    (`jax.random.fold_in`; an empty PE's -1 as 0, masked by the caller): an atom's draw
+    follows the atom, never the PE it sits on (hunt 81: drawn per PE, a Langevin run's
+    trajectory changed with the swaps and re-maps that move atoms between PEs, and so with
+    --thermo-every). One draw per PE, elementwise over the placed (R, C) field."""
 
+    def draw(i):
+        return jax.random.uniform(jax.random.fold_in(key, i), (3,), dtype=dtype)
+
+    return jax.vmap(jax.vmap(draw))(jnp.maximum(atom_id, 0))
+
+
+def _langevin_fn(temperature_K: float, damp_ps: float, dt_ps: float) -> NoiseFn:
     def noise_fn(atoms: Atoms, masses: jax.Array, key: jax.Array) -> jax.Array:
         m = _per_species(atoms, masses)
         gamma1 = -m / damp_ps / FTM2V
@@ -250,10 +265,8 @@ def _langevin_fn(temperature_K: float, damp_ps: float, dt_ps: float, wafer: Wafe
             * math.sqrt(24.0 * BOLTZ_EV_K * temperature_K / damp_ps / dt_ps / MVV2E)
             / FTM2V
         )
-        u = jax.random.uniform(key, (rows, cols, 3), dtype=atoms.position.dtype) - 0.5
-        shape = atoms.position.shape
-        pad = [(0, shape[0] - rows), (0, shape[1] - cols), (0, 0)]
-        return gamma1 * atoms.velocity + gamma2 * jnp.pad(u, pad)
+        u = atom_uniforms(key, atoms.atom_id, atoms.position.dtype) - 0.5
+        return gamma1 * atoms.velocity + gamma2 * u
 
     return noise_fn
 
@@ -265,14 +278,13 @@ def nvt_langevin(
     *,
     temperature_K: float,
     damp_fs: float,
-    wafer: Wafer,
     lists: ListFns | None = None,
 ) -> IntegratorFns:
     """Velocity Verlet with LAMMPS's `fix langevin T T damp` forces (uniform noise drawn
-    over `wafer`'s logical PEs from each step's key)."""
+    per atom from each step's key and the atom's id, `atom_uniforms`)."""
     Thermostat("langevin", temperature_K, damp_fs)  # its checks
     dt_ps = _dt_ps(dt_fs)
-    noise_fn = _langevin_fn(temperature_K, damp_fs / 1000.0, dt_ps, wafer)
+    noise_fn = _langevin_fn(temperature_K, damp_fs / 1000.0, dt_ps)
     return _verlet(fns, masses_amu, dt_ps, lists, noise_fn=noise_fn)
 
 
@@ -343,9 +355,7 @@ def integrator(
         return nve(fns, masses_amu, dt_fs, lists=lists)
     t, damp = thermostat.temperature_K, thermostat.damp_fs
     if thermostat.kind == "langevin":
-        return nvt_langevin(
-            fns, masses_amu, dt_fs, temperature_K=t, damp_fs=damp, wafer=wafer, lists=lists
-        )
+        return nvt_langevin(fns, masses_amu, dt_fs, temperature_K=t, damp_fs=damp, lists=lists)
     return nvt_nose_hoover(
         fns, masses_amu, dt_fs, thermostat=thermostat, n_atoms=n_atoms, wafer=wafer, lists=lists
     )

@@ -162,7 +162,9 @@ LANGEVIN_FORCE = {"sub": 3, "fmac": 3 + 3}
 # one uniform fp32 number on a PE, the ASSUMED generator (the SDK documents no random-number
 # instruction; `thermostat_perf.UNIFORM` is the constant with its source and sweep):
 # Marsaglia's xorshift32 on a word of state per PE (x ^= x << 13; x ^= x >> 17;
-# x ^= x << 5: 3 shifts, 3 xors), then [0, 1): x >> 8 (shift), to fp32 (convert), * 2^-24 (mul)
+# x ^= x << 5: 3 shifts, 3 xors), then [0, 1): x >> 8 (shift), to fp32 (convert), * 2^-24 (mul).
+# The emulator's draws are keyed by (seed, step, atom id) (`integrate.atom_uniforms`, so a
+# trajectory does not depend on where atoms sit); the price keeps this generator's count
 UNIFORM_SCALAR = {"shift": 3 + 1, "xor": 3, "convert": 1, "mul": 1}
 
 
