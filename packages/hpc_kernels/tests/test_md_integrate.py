@@ -272,6 +272,7 @@ def test_a_replan_that_would_overflow_sram_falls_back_to_less_headroom(monkeypat
     crash). Forced here: the first plan's lists are starved (an overflow, so a re-plan) and
     SRAM refuses the first re-plan's try; the run ends as the unforced one does."""
     import wse_hpc.md.neighbour_plan as nplan
+    import wse_hpc.md.segments as segments
     import wse_hpc.md.simulate as sim
     from wse_core.errors import SramBudgetError
 
@@ -292,7 +293,8 @@ def test_a_replan_that_would_overflow_sram_falls_back_to_less_headroom(monkeypat
         return sram(wafer, pot, plan)
 
     monkeypatch.setattr(nplan, "list_caps", starved)
-    monkeypatch.setattr(sim, "sram_plan", tight)
+    monkeypatch.setattr(sim, "sram_plan", tight)  # the first plan's
+    monkeypatch.setattr(segments, "sram_plan", tight)  # the re-plan's (`segments.replan`)
     got = run_md(s, POT, cfg)
     assert got.replans >= 1 and calls["sram"] >= 3
     np.testing.assert_allclose(

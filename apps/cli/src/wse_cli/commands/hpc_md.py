@@ -275,6 +275,8 @@ def _run(s, pot, cfg, out, as_json, trace=None, start: str = "", notes=()) -> No
         f"({summary['bound']}-bound), measured here "
         f"{summary['timesteps_per_s'] or 0:.4g} timesteps/s"
     )
+    # hunt 81: the figure's N_h is the list capacity (slots walked), said where it is printed
+    console.print(res.report.assumptions["md.hits"], markup=False, soft_wrap=True)
     if listed := res.report.assumed_compact():  # hunt 70: stood beside no assumption listed
         console.print(listed, markup=False, soft_wrap=True)
     if out is not None:

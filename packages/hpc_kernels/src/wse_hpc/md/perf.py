@@ -101,6 +101,7 @@ __all__ = [
     "ASSUMPTIONS",
     "candidates",
     "window_candidates",
+    "slots_assumption",
     "step_phases",
     "fabric_counts",
     "fabric_entries",
@@ -139,6 +140,18 @@ def candidates(plan: EamPlan) -> int:
     """The list capacity M (the most candidates within cutoff + skin of any PE), or every
     window slot but the PE itself without lists: the default N_h, an upper bound."""
     return int(plan.caps[-1]) if plan.caps else plan.window_pes - 1
+
+
+def slots_assumption(plan: EamPlan) -> str:
+    """The report's `md.hits` line when N_h is the list capacity (a run's price, `run_report`):
+    the step is priced per list slot, what each PE's program walks, not per neighbour within
+    the cutoff (issue 41's model; hunt 81: say so where the figure is printed)."""
+    return (
+        f"priced per list slot: N_h = M = {candidates(plan)}, the neighbour-list capacity each "
+        f"PE's step walks (the most atoms within cutoff + {plan.skin_A:g} A skin of any PE when "
+        "the lists were planned, with headroom), not the neighbours within the cutoff, which "
+        "are fewer: an upper bound, fixed by the plan"
+    )
 
 
 def window_candidates(plan: EamPlan) -> int:
@@ -328,11 +341,7 @@ def predict(
             **precision_assumption(plan),
             "md.rebuild": f"a swap sweep every {rebuild_every:.3g} steps",
             **bath_assumption(spec, wafer, thermostat, phases),
-            **(
-                {}
-                if hits is not None
-                else {"md.hits": "N_h taken as the list capacity M (cutoff + skin): an upper bound"}
-            ),
+            **({} if hits is not None else {"md.hits": slots_assumption(plan)}),
             **dict(assumptions or {}),
         },
         extra=lambda t: {**figures, "timesteps_per_s": t.per_s},

@@ -2,10 +2,11 @@
 
 Contract: `Runner(wafer, pot, plan, config, masses, n_atoms)` holds `init` (forces, lists;
 `exec_cache.Cached`), `drift` (the lists' largest displacement, or None for the full-window
-kernel) and `chunk(n, *args, kept=...)`, the compiled chunk of up to n steps (a
-`lax.while_loop` that stops after a step that overflowed; `kept`: steps that never rebuild
-the lists, for a chunk in which no rebuild is due, `kept_fits`), each stored on disk by
-`exec_cache`; the numba PE
+kernel) and `chunk(*args, kept=...)`, the compiled chunk of up to n steps, n its last
+argument (a `lax.while_loop` that stops after a step that overflowed: one program for every
+chunk length, as the shell's chunks end at rows and at list lifetimes, `segments`; `kept`:
+steps that never rebuild the lists, for a chunk in which no rebuild is due, `kept_fits`),
+each stored on disk by `exec_cache`; the numba PE
 kernels their lists call (`ListFns.kernels`) are compiled by helper processes while a
 program not on disk is traced (`pe_compile`). `runner_for(..., runners)` takes the runner
 of the same static choices from the caller's `runners` dict, or builds it there.
@@ -51,24 +52,23 @@ class Runner:
         self._kernels = lists.kernels if lists else ()  # the numba PE kernels, compiled aside
         self.init = exec_cache.Cached(init_fn, ("init", self._key), self._kernels)  # or loaded
         self.drift = exec_cache.Cached(lists.drift_fn, ("drift", self._key)) if lists else None
-        self._chunks: dict[tuple[int, bool], Callable] = {}
+        self._chunks: dict[bool, Callable] = {}
 
     def kept_fits(self, n: int, state: MdState) -> bool:
-        """Whether the next `n` steps from `state` can run as the chunk without rebuilds: no
-        rebuild is due in them (age + n < every) and the chunk with them is not compiled
-        yet (it is then used: one program per chunk length once it exists)."""
-        if self._steps[True] is None or (n, False) in self._chunks:
+        """Whether the next `n` steps from `state` can run as the chunk without rebuilds:
+        the runner has it (lists) and no rebuild is due in them (age + n < every)."""
+        if self._steps[True] is None:
             return False
         return int(state.nbrs.age) + n < int(state.nbrs.every)
 
-    def chunk(self, n: int, *args, kept: bool = False) -> Callable:
-        """The compiled chunk of up to `n` steps (compiled once per n): `(state, geo, key,
-        step0) -> (state, steps run)`, stopping after a step that overflowed; `kept`: its
-        steps never rebuild the lists (only when `kept_fits`)."""
-        if (n, kept) not in self._chunks:
+    def chunk(self, *args, kept: bool = False) -> Callable:
+        """The compiled chunk (compiled once, at `args`): `(state, geo, key, step0, n) ->
+        (state, steps run)`, up to n steps (int32), stopping after a step that overflowed;
+        `kept`: its steps never rebuild the lists (only when `kept_fits`)."""
+        if kept not in self._chunks:
             step = self._steps[kept]
 
-            def run(state: MdState, geo, key, step0):
+            def run(state: MdState, geo, key, step0, n):
                 def cond(c):
                     return (c[0] < n) & ~c[1].eam.overflow
 
@@ -79,9 +79,9 @@ class Runner:
                 i, state = jax.lax.while_loop(cond, body, (jnp.int32(0), state))
                 return state, i
 
-            key = ("kept" if kept else "chunk", n, self._key)
-            self._chunks[n, kept] = exec_cache.compiled(jax.jit(run), args, key, self._kernels)
-        return self._chunks[n, kept]
+            key = ("kept" if kept else "chunk", self._key)
+            self._chunks[kept] = exec_cache.compiled(jax.jit(run), args, key, self._kernels)
+        return self._chunks[kept]
 
 
 def runner_for(

@@ -10,22 +10,25 @@ most one device per MIN_PES_PER_DEVICE PEs), maps the atoms with the tile map (`
 `initial_map`; the tile `config.tile` or the one `choose_tile` finds), picks the neighbour
 window from the cutoff and the map (`window_needed` for cutoff + skin, with a margin) and
 the neighbour-list capacities (`neighbour_plan.list_caps`), declares SRAM, and runs
-`config.steps` velocity-Verlet steps in jitted chunks of `thermo_every` steps
-(`lax.while_loop` that stops at the first overflow); each step evaluates the EAM splines
-only for its per-PE candidate lists and rebuilds them (sort sweep + build) every
-`nbrs.every` steps, counted in `list_builds` (a chunk in which no rebuild is due runs as the
-program without it, `Runner.kept_fits`, until the chunk of its length with it is compiled:
-the same numbers, a fifth of the compile). After each chunk one fabric reduction
-(`drift_fn`) checks that no atom moved more than half the skin from its build position while
-its lists were in use: if one did, the chunk is run again from its start with half the
-cadence (`list_reruns`); if every atom stayed within a quarter of it, the next chunk doubles
-it (at most MAX_REBUILD_EVERY). The cadence starts at `config.rebuild_every` or
-`initial_every`. Lists that would need more than LIST_BUDGET_BYTES of host memory (800k
-atoms) fall back to the full-window kernel (`eam.forces_fn`, a sort sweep and a coverage
-test every step). On overflow the chunk is thrown away and re-run from its start with a
-re-map and a larger window, so an overflow never reaches the results. With `runners` (a dict
-the caller keeps) a repeat of a run with the same static choices reuses its compiled
-functions (`runners.runner_for`). Thermo rows are computed on the host in float64.
+`config.steps` velocity-Verlet steps in jitted chunks (`lax.while_loop` that stops at the
+first overflow) within checked segments of whole list lifetimes (`segments.advance`); each
+step evaluates the EAM splines only for its per-PE candidate lists and rebuilds them (sort
+sweep + build) every `nbrs.every` steps, counted in `list_builds` (the steps between
+rebuilds run as the program without the rebuild, `Runner.kept_fits`: a fifth of the
+compile, and a run that never rebuilds compiles only it). At each row one fabric
+reduction (`drift_fn`) checks that no atom moved more than half the skin from its build
+position while its lists were in use: if one did, the segment is run again from its start
+with half the cadence (`list_reruns`); if every atom stayed within a quarter of it over a
+segment, the next doubles it (at most MAX_REBUILD_EVERY). The cadence starts at
+`config.rebuild_every` or `initial_every`, and changes only at segment ends, which follow
+the cadence, not `thermo_every`: the run's builds, re-plans and price are the same at any
+thermo interval (hunt 81). Lists that would need more than LIST_BUDGET_BYTES of host memory
+(800k atoms) fall back to the full-window kernel (`eam.forces_fn`, a sort sweep and a
+coverage test every step). On overflow the segment is thrown away and re-run from its start
+with a re-map and a larger window (`segments.replan`), so an overflow never reaches the
+results. With `runners` (a dict the caller keeps) a repeat of a run with the same static
+choices reuses its compiled functions (`runners.runner_for`). Thermo rows are computed on
+the host in float64, and handed on once their chunk passed its checks.
 A Nosé–Hoover run from a structure whose velocities it keeps starts with the bath the
 structure carries (`run_setup.start_bath`), and every frame it hands `on_frame` carries its
 bath in `info` (with the run's masses): 2N steps and N + N continued from the Nth frame agree.
@@ -44,13 +47,11 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from wse_core.cost.report import RunReport
-from wse_core.errors import RunFault, SramBudgetError
+from wse_core.errors import RunFault
 from wse_core.hw.wafer import Wafer
 
 from wse_hpc.md import mapping, pe_compile, plan_cache
@@ -70,7 +71,15 @@ from wse_hpc.md.run_setup import (
     prepare,
     start_bath,
 )
-from wse_hpc.md.runners import Runner, runner_for
+from wse_hpc.md.runners import runner_for
+from wse_hpc.md.segments import (
+    MAX_REBUILD_EVERY,
+    Progress,
+    RunFixed,
+    advance,
+    placed_drift,
+    replan,
+)
 from wse_hpc.md.state import Atoms, MdState
 from wse_hpc.md.thermo import ThermoRow, state_row, state_structure
 from wse_hpc.md.xyz import NOSE_HOOVER_KEYS
@@ -85,8 +94,6 @@ __all__ = [
     "initial_every",
     "x64_for",
 ]
-
-MAX_REBUILD_EVERY = 1024  # steps per list rebuild, at most (the shell's doubling stops there)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -204,79 +211,53 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     plan = plan_window(state_np, box, pot, config, wafer, Margins(spare_rows=1))
     pe_compile.start(pe_kernels_for(wafer, dtype, plan))
     sram = sram_plan(wafer, pot, plan)
-    geo = geometry(wafer)
     runner = runner_for(wafer, pot, plan, config, masses, n, runners)
-    replans, fixed = 0, _RunFixed(wafer, pot, config, masses, box, tile, runners, images)
+    fixed = RunFixed(wafer, pot, config, masses, box, tile, runners, images)
     t0 = time.perf_counter()
-    state = _placed_drift(runner, runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geo))
+    placed = jax.tree.map(wafer.place, Atoms.of(state_np))
+    state = placed_drift(runner, runner.init(placed, geometry(wafer)))
+    run = Progress(state, runner, plan, sram, seen=[])
     if (bath := start_bath(structure, config)) is not None:  # a continued Nose-Hoover run
-        state = state._replace(bath=bath)
-    seen = []  # the states that overflowed, gathered: their counts size each re-plan
-    while bool(state.eam.overflow):  # the margin makes this rare; the fallback is the whole grid
-        replans += 1
-        seen.append(wafer.gather(state.atoms.record()))
-        state, runner, plan, sram = _replan(fixed, state, plan, replans, seen)
-    compile_s = time.perf_counter() - t0
+        run.state = run.state._replace(bath=bath)
+    while bool(run.state.eam.overflow):  # the margin makes this rare; the fallback: the grid
+        run.replans += 1
+        run.seen.append(wafer.gather(run.state.atoms.record()))
+        new = replan(fixed, run.state, run.plan, run.replans, run.seen)
+        run.state, run.runner, run.plan, run.sram = new
+    run.compile_s = time.perf_counter() - t0
     ecouple = lambda b: bath_energy(b, config.thermostat, n)  # noqa: E731
-    rows = [state_row(0, wafer, state, masses, structure.volume_A3, ecouple(state.bath))]
-    if on_thermo:
-        on_thermo(rows[-1])
-    frame = functools.partial(_frame, fixed, n, masses[species])
-    if on_frame:
-        on_frame(0, frame(state))
-    key = jax.random.key(config.seed)
-    done, loop_s, builds, reruns = 0, 0.0, 0, 0
-    while done < config.steps:
-        todo = min(config.thermo_every, config.steps - done)
-        args = (state, geo, key, jnp.int32(done))
-        t_c = time.perf_counter()
-        kept = state.nbrs is not None and runner.kept_fits(todo, state)  # no rebuild due
-        compiled = runner.chunk(todo, *args, kept=kept)
-        compile_s += time.perf_counter() - t_c
-        t_r = time.perf_counter()
-        new_state, ran = compiled(*args)
-        ran = int(ran)
-        vol = structure.volume_A3
-        row = state_row(done + ran, wafer, new_state, masses, vol, ecouple(new_state.bath))
-        _check_stable(row, config)  # a blown-up chunk stops here, never replanned or rerun
-        if bool(new_state.eam.overflow):
-            replans += 1
-            seen.append(wafer.gather(new_state.atoms.record()))
-            state, runner, plan, sram = _replan(fixed, state, plan, replans, seen)
-            continue
-        if state.nbrs is not None:
-            new_state, again = _check_lists(runner, state, new_state, config.skin_A)
-            loop_s += time.perf_counter() - t_r  # a chunk run again counts: it ran
-            if again is not None:
-                state, reruns = again, reruns + 1
-                continue
-            builds += int(new_state.nbrs.builds)
-            new_state = new_state._replace(nbrs=new_state.nbrs._replace(builds=jnp.int32(0)))
-        else:
-            loop_s += time.perf_counter() - t_r
-        state = new_state
-        done += ran
-        rows.append(row)  # only the lists' record changed since it was taken
+    vol, frame = structure.volume_A3, functools.partial(_frame, fixed, n, masses[species])
+    rows: list[ThermoRow] = []
+
+    def row_fn(step: int, state: MdState) -> ThermoRow:
+        row = state_row(step, wafer, state, masses, vol, ecouple(state.bath))
+        _check_stable(row, config)
+        return row
+
+    def emit_fn(row: ThermoRow, state: MdState) -> None:
+        rows.append(row)
         if on_thermo:
-            on_thermo(rows[-1])
+            on_thermo(row)
         if on_frame:
-            on_frame(done, frame(state))
-    final = frame(state)
+            on_frame(row.step, frame(state))
+
+    emit_fn(state_row(0, wafer, run.state, masses, vol, ecouple(run.state.bath)), run.state)
+    done = advance(run, fixed, jax.random.key(config.seed), row_fn, emit_fn)
     return MdResult(
-        structure=final,
+        structure=frame(run.state),
         thermo=rows,
         steps=done,
-        loop_wall_s=loop_s,
-        compile_s=compile_s,
-        replans=replans,
+        loop_wall_s=run.loop_s,
+        compile_s=run.compile_s,
+        replans=run.replans,
         grid=(wafer.rows, wafer.cols),
-        window=(plan.k_rows, plan.k_cols),
+        window=(run.plan.k_rows, run.plan.k_cols),
         wafer=wafer,
-        plan=plan,
-        sram=sram,
-        list_builds=builds,
+        plan=run.plan,
+        sram=run.sram,
+        list_builds=run.builds,
         tile=tile,
-        list_reruns=reruns,
+        list_reruns=run.reruns,
         potential=pot,
         thermostat=config.thermostat,
     )
@@ -292,7 +273,7 @@ def _start_images(structure: Structure, pos: np.ndarray, box: np.ndarray) -> np.
     return np.rint((given - pos) / box).astype(np.int64)
 
 
-def _frame(fixed: _RunFixed, n: int, masses_amu, state: MdState) -> Structure:
+def _frame(fixed: RunFixed, n: int, masses_amu, state: MdState) -> Structure:
     """The structure of a placed state with the run's masses (the written momenta's), its
     image flags and, for Nosé–Hoover, its bath in `info`: a run continued from it goes on
     exactly."""
@@ -305,92 +286,3 @@ def _frame(fixed: _RunFixed, n: int, masses_amu, state: MdState) -> Structure:
         bath = (float(v[0]) if v.size == 1 else tuple(map(float, v)) for v in (xi, eta))
         s.info = dict(zip(NOSE_HOOVER_KEYS, bath, strict=True))
     return s
-
-
-def _placed_drift(runner: Runner, state: MdState) -> MdState:
-    """`state` with its lists' displacement record a placed field (as each step leaves it;
-    `init_fn` makes it a constant, which jit may lay out otherwise); `drift_fn` compiled
-    here, with the set-up (at its first use it took 0.33 s of 4,000 atoms' timed steps)."""
-    if state.nbrs is None:
-        return state
-    nbrs = state.nbrs._replace(drift2=_no_drift(runner.wafer, state.nbrs.drift2.dtype))
-    jax.block_until_ready(runner.drift(nbrs))
-    return state._replace(nbrs=nbrs)
-
-
-def _no_drift(wafer: Wafer, dtype) -> jax.Array:
-    """The lists' displacement record, zero on every PE, placed from the host: `wafer.zeros`
-    jits its filler, ~0.3 s of a warm start's time to its first step (32,000 atoms)."""
-    return wafer.place(np.zeros((wafer.rows, wafer.cols), dtype))
-
-
-def _check_lists(runner: Runner, start: MdState, new: MdState, skin_A: float):
-    """After a chunk from `start` to `new`: (new with its cadence adapted, None), or (None,
-    start with half the cadence) when some atom moved more than skin / 2 from its build
-    position while its lists were in use (one fabric max reduction, `drift_fn`)."""
-    moved_A = float(runner.drift(new.nbrs)) ** 0.5
-    every = int(new.nbrs.every)
-    if not moved_A <= 0.5 * skin_A:  # NaN too (hunt 76); every = 1 rebuilds each step
-        shorter = jnp.int32(max(1, every // 2))
-        return None, start._replace(nbrs=start.nbrs._replace(every=shorter))
-    if moved_A < 0.25 * skin_A:
-        every = min(2 * every, MAX_REBUILD_EVERY)
-    drift2 = _no_drift(runner.wafer, new.nbrs.drift2.dtype)
-    return new._replace(nbrs=new.nbrs._replace(every=jnp.int32(every), drift2=drift2)), None
-
-
-class _RunFixed(NamedTuple):
-    """What a run keeps from its start to its end: a re-plan's context."""
-
-    wafer: Wafer
-    pot: EamPotential
-    config: MdConfig
-    masses: np.ndarray
-    box: np.ndarray
-    tile: tuple[int, int]
-    runners: dict | None
-    images: np.ndarray  # (n, 3) int64, the boxes from the placed positions to the unwrapped
-    # ones: `_replan` adds what its `rewrap` moved, in place, so the frames' flags never jump
-
-
-def _replan(fixed: _RunFixed, state: MdState, plan, replans: int, seen: list[np.ndarray]):
-    """Re-map the chunk's starting state, widen the window by at least one PE and give the
-    neighbour lists' row offsets more headroom and one more spare row offset (both grow with
-    every re-plan, so re-plans end); the bath carries over. `seen`: the states (gathered,
-    each on its own map) that overflowed in this run so far, the last this one's: the
-    window covers them and every capacity holds their counts with the plan's headroom
-    (`Margins.seen`), so no re-plan gives back what an earlier one measured (Cu at 1600 K,
-    32,000 atoms: M 97 from the crystal, 115 in reach at step 21; a re-plan for the window
-    at step 42 planned M from the start state alone, 97 again, and overflowed once more).
-    The total M (the work of every force evaluation) gets the extra headroom only from the
-    third re-plan on: an atom's total is measured, and fluctuates less than a row offset's
-    count."""
-    wafer, pot, config, masses, box, tile, runners, images = fixed
-    grown = replans > 2 or not plan.caps
-    st = wafer.gather(state.atoms.record())
-    u = mapping.unpack(st, int((st[..., mapping.SPECIES] >= 0).sum()))
-    grid, pos = (wafer.rows, wafer.cols), mapping.rewrap(u["positions_A"], box)
-    images += np.rint((u["positions_A"] - pos) / box).astype(np.int64)  # what rewrap moved
-    state_np = mapping.pack(
-        mapping.initial_map(pos, grid, box, tile),
-        pos,
-        u["species"],
-        u["velocities_A_ps"],
-        u["forces_eV_A"],
-        dtype=np.dtype(config.dtype),
-    )
-    wider, same = (plan.k_rows + 1, plan.k_cols + 1), (plan.k_rows, plan.k_cols)
-    tries = [(wider, 0.5 * replans), (wider, 0.0), (same, 0.0)]  # the first that fits SRAM
-    for i, (at_least, more) in enumerate(tries):  # (caps come from this state's own counts)
-        extra = more if grown else 0.0
-        margins = Margins(at_least, more, extra, spare_rows=1 + replans, seen=tuple(seen))
-        new_plan = plan_window(state_np, box, pot, config, wafer, margins)
-        try:
-            sram = sram_plan(wafer, pot, new_plan)
-            break
-        except SramBudgetError:
-            if i == len(tries) - 1:
-                raise
-    runner = runner_for(wafer, pot, new_plan, config, masses, len(u["species"]), runners)
-    new = runner.init(jax.tree.map(wafer.place, Atoms.of(state_np)), geometry(wafer))
-    return _placed_drift(runner, new._replace(bath=state.bath)), runner, new_plan, sram

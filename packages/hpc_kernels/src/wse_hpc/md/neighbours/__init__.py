@@ -14,18 +14,19 @@ the host).
   capacity, or when the window's coverage test (`eam.window_overflow` at cutoff + skin) fails: the
   shell then re-plans (never silently wrong).
 - Rebuild cadence: the step rebuilds the lists every `nbrs.every` steps (`plan.rebuild_every`
-  at a build; the shell may change it between chunks of steps), whatever the atoms did:
+  at a build; the shell may change it between its segments of whole list lifetimes,
+  `segments`), whatever the atoms did:
   deciding from the atoms' motion would take a wafer-wide reduction every step.
 - `track_fn(atoms, nbrs) -> Neighbours`: each PE's own check, no fabric: `drift2` keeps the
   largest squared displacement of its atom from its build position seen at any step. The
   lists are exact while every atom stays within skin / 2 of its build position (any pair
   within the cutoff then was within cutoff + skin at the build). Skin 0 (LAMMPS's
   `neighbor 0.0`): exact only when rebuilt at every step, the cadence the shell starts it
-  at (`simulate.initial_every`); at a longer one any move runs the chunk again.
+  at (`simulate.initial_every`); at a longer one any move runs the segment again.
 - `drift_fn(nbrs) -> ()`: the largest `drift2` on the wafer (one fabric max reduction), run by
-  the shell once per chunk of steps: above (skin / 2)^2 some step used stale lists (LAMMPS
-  would count a "dangerous build"), and the shell runs the chunk again with a shorter
-  cadence (never silently wrong).
+  the shell at each thermo row and segment end: above (skin / 2)^2 some step used stale
+  lists (LAMMPS would count a "dangerous build"), and the shell runs the segment again with
+  a shorter cadence (never silently wrong).
 - `forces_fn(atoms, geo, nbrs) -> EamOutput`: phase 1 multicasts positions over the window
   rows -depth .. depth (depth = the farthest row offset with a capacity); each PE sums its
   density from its candidates and computes F'(rho). Phase 2 multicasts F' and each PE sums
