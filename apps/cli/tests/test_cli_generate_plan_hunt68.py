@@ -57,11 +57,12 @@ def test_generate_and_plan_infer_price_one_folder_alike(tiny_model_dir, wafer):
     # session 73: plan infer places the head for the whole request at its load (prompt blocks
     # in the free SRAM), the engine for the fastest token; on wse2 the plan's head is slower by
     # a token (26.97 against 26.47 us) and serves the request as well (a tie within 1%, the sooner
-    # first token). Equal where both choose alike
+    # first token). Hunt jobs17 (session 81): both weigh footprints of fewer PE rows, and on wse3
+    # the plan takes 32 rows where the engine's fastest token takes 16 (10.22 against 10.13 us
+    # a token), 139.6k output tokens/s against 137.6k there and a sooner first token (38.9
+    # against 40.4 us); both choose the same candidates, so the engine's token is never slower
     cycles = preset(wafer).clock_hz * (layout["token_s"] - pred["wafer_s_per_token"])
     assert cycles > -1.0, (pred["wafer_s_per_token"], layout["token_s"])  # the fastest token
-    if wafer == "wse3":
-        assert cycles < 1.0, (pred["wafer_s_per_token"], layout["token_s"])
     # both name what they priced: the folder's float32, 4 bytes, in the same layout
     assert (pred["weights"], pred["bytes_per_param"]) == ("fp32", 4)
     assert (plan["inputs"]["wafer_dtype"], plan["inputs"]["wafer_bytes_per_param"]) == ("fp32", 4)

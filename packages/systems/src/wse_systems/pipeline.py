@@ -16,10 +16,12 @@ proportion to the bytes it must hold: its weights, its KV cache for
 `head`, on wafer 0: the last stage's output cycles back there for the next token; with
 `head_rows` it takes that many rows of its strip, the other regions the rest by bytes.
 Sized by bytes alone, a plan holding more KV cache gave the layers more PEs and priced a
-faster token (hunt 66): the planners place the head on the rows that price the fastest
-token (`wse_systems.token.fastest_plan`). Every region's bytes are declared in its own
-`wse_core.SramLedger`; a model that does not fit raises `PipelinePlanError` with the numbers
-(needed, available, per region) and the number of wafers that would hold it.
+faster token (hunt 66): the planners place the head on the rows, and the regions on the PE
+rows of each wafer (all of them, or a footprint of the top rows: `spec` cut to fewer
+`pe_rows`), that price the fastest token (`wse_systems.token.fastest_plan`). Every region's
+bytes are declared in its own `wse_core.SramLedger`; a model that does not fit raises
+`PipelinePlanError` with the numbers (needed, available, per region) and the number of
+wafers that would hold it.
 
 `config` is a `wse_systems.transformer.DecoderShape` (e.g. a `wse_models.ModelConfig`); its
 sizes are `wse_systems.transformer`'s one formula. `PipelinePlan.edge_hops` counts the
@@ -134,6 +136,13 @@ class PipelinePlan:
     @property
     def total_bytes(self) -> int:
         return self.head.total_bytes + sum(s.total_bytes for s in self.stages)
+
+    def placed_on(self, spec: WaferSpec) -> bool:
+        """Whether the plan is laid out on wafers of `spec`: on the whole wafer or on a
+        footprint of it (`spec` with fewer PE rows, every other field the same:
+        `wse_systems.token.footprint_plans`)."""
+        rows = self.spec.pe_rows
+        return rows <= spec.pe_rows and self.spec == spec.replace(pe_rows=rows)
 
     @property
     def wafer_crossings(self) -> int:

@@ -12,11 +12,14 @@ per-wafer traces (`wse_systems.trace`), the serving model's pipeline elements
 infer` all price a token here; a test holds them to the same batch-1 time to the cycle.
 
 `fastest_plan(shape, spec, seconds_fn, **plan_kwargs)` is the planner's placement: of the
-head's rows on the wafer's ladder (`head_rows_ladder`), the plan whose token `seconds_fn`
+head's rows on the wafer's ladder (`head_rows_ladder`), on the whole wafer and on each
+footprint below it (the PE rows of each wafer a plan takes: `footprint_plans`, where
+`wse_systems.serving.speculative` places a draft too), the plan whose token `seconds_fn`
 prices shortest among those that hold it (a larger reservation holds the same or fewer, so
-its token is never faster; `ladder_plans` are those candidates, `kept_plan` carries a choice
-to more users where it stays the choice). `token_seconds_fn(shape, kv_tokens=, token_out=)` is the
-`seconds_fn` of a batch-1 token (`price_token`'s seconds, each distinct element priced once).
+its token is never faster; `placement_plans` are those candidates, `ladder_plans` one
+wafer's, `kept_plan` carries a choice to more users where it stays the choice).
+`token_seconds_fn(shape, kv_tokens=, token_out=)` is the `seconds_fn` of a batch-1 token
+(`price_token`'s seconds, each distinct element priced once).
 `choose_layout(shape, spec, ...)` plans the regions banded and compact
 (`wse_systems.pipeline.LAYOUTS`), each in its fastest placement priced by it, and returns
 the faster plan (its `layout` says which, its head's rows how the wafer is split) with both
@@ -32,7 +35,7 @@ speculative round of `wse_inference.pipeline.perf` uses it with its own phases).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from wse_core.cost.listing import listed
@@ -54,12 +57,15 @@ from wse_systems.pipeline import (
 from wse_systems.transformer import LLAMA31_8B
 
 __all__ = [
+    "GRID_STEP",
     "HEAD_ROWS_STEP",
     "choose_layout",
     "fastest_plan",
+    "footprint_plans",
     "head_rows_ladder",
     "kept_plan",
     "ladder_plans",
+    "placement_plans",
     "token_seconds_fn",
     "decode_assumptions",
     "decode_case",
@@ -231,15 +237,58 @@ def ladder_plans(
     return held
 
 
+# The ratio between the footprints a plan is tried on (`footprint_plans`: the PE rows of each
+# wafer it takes, from the top, below the whole wafer) and between the head sizes on each: 2,
+# a quarter of `HEAD_ROWS_STEP`'s steps in each dimension, as every footprint times its head
+# sizes is planned and priced (10 footprints of a WSE-3's 762 rows, 1 to 512, each with up
+# to 10 head sizes). `wse_systems.serving.speculative.place_speculative` places a draft on
+# the same footprints. Llama 3.1 8B with 3.2 1B, both layouts: 26 placements priced and a
+# round of 915.2 us; on `HEAD_ROWS_STEP`'s grid 387 (ten times the planning time) for
+# 914.0 us.
+GRID_STEP = 2.0
+
+
+def footprint_plans(
+    config: Any, spec: WaferSpec, *, step: float = GRID_STEP, **plan_kwargs: Any
+) -> Iterator[tuple[WaferSpec, list[PipelinePlan]]]:
+    """For each footprint below the whole wafer, fewest rows first: (the wafer of its PE
+    rows, `spec` cut to `rows` of `head_rows_ladder(spec, step=step)` less its last; the
+    plans of `ladder_plans` on it, the head on the same ladder of its rows). A plan on a
+    footprint is `plan_pipeline`'s on the cut wafer: its regions tile the footprint, the
+    other rows idle (or a draft's: `place_speculative`)."""
+    for rows in head_rows_ladder(spec, step=step)[:-1]:
+        cut = spec.replace(pe_rows=rows)
+        yield cut, ladder_plans(config, cut, step=step, **plan_kwargs)
+
+
+def placement_plans(config: Any, spec: WaferSpec, **plan_kwargs: Any) -> list[PipelinePlan]:
+    """Every placement `fastest_plan` weighs: the whole wafer's (`ladder_plans`), then each
+    footprint's below it (`footprint_plans`; none when the head's rows are asked: the whole
+    wafer's plan alone)."""
+    whole = ladder_plans(config, spec, **plan_kwargs)
+    if plan_kwargs.get("regions", Regions()).head_rows is not None:
+        return whole
+    return whole + [p for _, plans in footprint_plans(config, spec, **plan_kwargs) for p in plans]
+
+
 def fastest_plan(
     config: Any, spec: WaferSpec, seconds_fn: Callable[[PipelinePlan], float],
     **plan_kwargs: Any,
 ) -> PipelinePlan:  # fmt: skip
     """The plan of `plan_pipeline(config, spec, **plan_kwargs)` whose token `seconds_fn`
-    prices shortest among the head sizes of `head_rows_ladder` that hold it (a tie keeps
-    the fewer head rows); the `regions` asked otherwise as given (a `head_rows` given: that
-    plan alone). No ladder size holds it: the regions in proportion to their bytes; those do
-    not hold it either (then nothing does, but for a row of rounding): their error.
+    prices shortest among the head sizes of `head_rows_ladder` that hold it on the whole
+    wafer and the footprints below it (`placement_plans`; a tie keeps the whole wafer, then
+    the fewer rows, then the fewer head rows); the `regions` asked otherwise as given (a
+    `head_rows` given: that plan alone, on the whole wafer). Nothing holds it: the regions in
+    proportion to their bytes; those do not hold it either (then nothing does, but for a row
+    of rounding): their error.
+
+    Why the footprint (hunt jobs17, session 81): the regions tiling the whole wafer, a small
+    model's token crossed regions a thirteenth of the wafer apart: GPT-2 124M's was 70.4 us
+    (51.2 us of it hops and fixed cycles) where the same pricer gave 52.4 us on 64 of a
+    WSE-3's 762 rows, and a speculative round with the model as its own draft (placed on a
+    footprint) priced faster than plain decoding. A model that fills the wafer (Llama 3.1 8B,
+    70B on 4 wafers) has no faster footprint and keeps its plan.
 
     Why (hunt 66): sized by bytes alone, a plan holding more KV cache gave the layers more
     of the wafer (the head less), so reserving context a run never reads made its tokens
@@ -251,13 +300,13 @@ def fastest_plan(
     more users leave the same or fewer candidates: their fastest is never faster (exactly
     while a ladder size holds the plan and the stages hold equal layers, as by default:
     unequal stages share the rest by bytes, which a reservation can move by a row). The
-    regions always tile every wafer."""
+    footprints are the wafer's too, and a plan's regions tile its footprint."""
     # by bytes (or as asked) first: what those regions cannot hold no placement holds, so
     # their error comes at once, not after the ladder's 35 tries (a search over 512 wafers)
     first = plan_pipeline(config, spec, **plan_kwargs)
     if plan_kwargs.get("regions", Regions()).head_rows is not None:
         return first
-    held = ladder_plans(config, spec, **plan_kwargs)
+    held = placement_plans(config, spec, **plan_kwargs)
     return min(held, key=seconds_fn) if held else first
 
 

@@ -146,11 +146,14 @@ def _how(plan, meets: bool) -> str:
 
 
 def _wafers(w: dict) -> str:
-    """Wafers per replica, their regions' layout (banded or compact) and stage count, chosen
-    at each load with the placement (`wse_systems.serving.placements`)."""
+    """Wafers per replica, their regions' layout (banded or compact), stage count and the
+    PE rows of each wafer they take where fewer than the wafer's (a footprint), chosen at
+    each load with the placement (`wse_systems.serving.placements`)."""
     layout = w.get("point", {}).get("layout", {})
     regions, stages = layout.get("layout"), layout.get("stages")  # stages: searched (hunt 75)
-    said = ", ".join(x for x in (regions, stages and f"{stages} stages") if x)
+    rows, whole = layout.get("pe_rows"), layout.get("wafer_pe_rows")
+    part = rows and whole and rows < whole and f"{rows:,} of {whole:,} PE rows"
+    said = ", ".join(x for x in (regions, stages and f"{stages} stages", part) if x)
     return f"{w['wafers_per_replica']} x {w['system']}" + (f" ({said})" if said else "")
 
 

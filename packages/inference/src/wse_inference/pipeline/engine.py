@@ -137,7 +137,7 @@ class PipelineEngine:
             plan = engine_plan(
                 config, stages=stages, max_context=context, spec=spec, num_wafers=num_wafers
             )
-        elif plan.spec != spec:
+        elif not plan.placed_on(spec):  # the wafer, or a footprint of its rows
             raise PipelinePlanError(
                 f"the plan is laid out on wafer {plan.spec.name!r}, the engine asked for "
                 f"{spec.name!r}: give the plan's spec"

@@ -1,9 +1,10 @@
 """The placement and prompt block that serve a load best, for `wse_systems.serving.wafer`.
 
 Contract. `search(ws, users)` is the (placement, prompt block) a `WaferServing` serves
-`users` in: `served` over every layout's candidates (each head size of the ladder, or the
-placement asked or searched for speculation) in each block their free SRAM allows, in each
-stage count of `stage_counts` (hunt 75: one region per layer was the only count weighed).
+`users` in: `served` over every layout's candidates (each head size of the ladder, on the
+whole wafer and on each footprint below it, `token.placement_plans`, or the placement asked
+or searched for speculation) in each block their free SRAM allows, in each stage count of
+`stage_counts` (hunt 75: one region per layer was the only count weighed).
 `best(candidates, users, output_tokens)` weighs `Candidate`s: each one's requests priced
 exactly (`exact()`, None where it does not hold the load) and, where known without
 planning, the same requests on `scaled` regions (`bound`); a candidate whose bound falls
@@ -39,7 +40,7 @@ from wse_systems.serving import blocks
 from wse_systems.serving.memo import frozen
 from wse_systems.serving.request import RequestWork
 from wse_systems.serving.stage_counts import stage_counts
-from wse_systems.token import ladder_plans
+from wse_systems.token import placement_plans
 
 __all__ = ["OUTPUT_TIE", "Candidate", "best", "fits", "scaled", "search", "served"]
 
@@ -154,14 +155,14 @@ def search(ws: Any, users: int) -> tuple[Placement, int]:
     o = ws.workload.output_tokens
     for trusted in (True, False):
         errors: list[PipelinePlanError] = []
-        made: dict[int, tuple] = {}  # id of a scaled plan -> (it, layout, stages, head rows)
+        made: dict[int, tuple] = {}  # a scaled plan's id -> (it, layout, stages, head, wafer)
         kept = made if trusted else None
         weighed = [c for a in _shapes(ws) for c in _candidates(ws, users, a, errors, kept)]
         chosen = best(weighed, users, o)
         if chosen is None or id(chosen[0][0]) not in made:
             break
-        bound, *shape, rows = made[id(chosen[0][0])]
-        plans = _plan(ws, users, tuple(shape), rows)  # what the scaled regions stand for
+        bound, *shape, rows, on = made[id(chosen[0][0])]
+        plans = _plan(ws, users, tuple(shape), rows, on)  # what the scaled regions stand for
         if _same(ws, plans[0], bound):
             chosen = (plans, chosen[1])
             break
@@ -189,20 +190,25 @@ def _shapes(ws: Any) -> list[tuple[str, int | None]]:
     return [(a, s) for a in ws._layouts() for s in stage_counts(ws)]
 
 
-def _plan(ws: Any, users: int, shape: tuple, head_rows: int | None = None) -> Placement:
+def _plan(
+    ws: Any, users: int, shape: tuple, head_rows: int | None = None, on: Any = None
+) -> Placement:
     """(the target's plan, no draft) at `users` in `shape` (layout, stage count), the head's
-    rows as asked."""
+    rows as asked, on the wafer `on` (a footprint, `token.footprint_plans`; None: the
+    system's)."""
     asked = ws._asked(users, *shape)
     if head_rows is not None:
         asked["regions"] = dataclasses.replace(asked["regions"], head_rows=head_rows)
-    return plan_pipeline(ws.config, ws.spec, bytes_per_param=ws.bytes_per_param, **asked), None
+    spec = ws.spec if on is None else on
+    return plan_pipeline(ws.config, spec, bytes_per_param=ws.bytes_per_param, **asked), None
 
 
 def _candidates(
     ws: Any, users: int, shape: tuple, errors: list, made: dict | None
 ) -> list[Candidate]:
     """The placements in `shape` (a layout, a stage count) to weigh at `users`: each head
-    size of one user's ladder (`token.ladder_plans`; more users hold the same or fewer),
+    size of one user's ladder on the whole wafer and on each footprint below it
+    (`token.placement_plans`; more users hold the same or fewer),
     bounded by its regions scaled to the load; the head's rows asked: that plan;
     speculation: the placement its search prices shortest at this load
     (`speculative.place_speculative`, ranked by the system's `_load`; the asked stages).
@@ -228,18 +234,19 @@ def _candidates(
         return [Candidate(functools.partial(exact, functools.partial(plan_fn, users, shape)), [])]
     if shape not in ws._ladders:
         asked = ws._asked(1, *shape)
-        ws._ladders[shape] = ladder_plans(ws.config, ws.spec, bytes_per_param=ws.bytes_per_param,
-                                          **asked)  # fmt: skip
+        ws._ladders[shape] = placement_plans(
+            ws.config, ws.spec, bytes_per_param=ws.bytes_per_param, **asked
+        )
     out = []
     for i, one in enumerate(ws._ladders[shape]):
         bound, rows = scaled(one, users), one.head.region.rows
         works = [] if bound is None else _scaled_works(ws, shape, i, bound)
         if made is not None and bound is not None:
-            made[id(bound)] = (bound, *shape, rows)
+            made[id(bound)] = (bound, *shape, rows, one.spec)
             held = ((bound, None), works) if fits(bound) else None
             out.append(Candidate(functools.partial(lambda h: h, held), works))
         else:
-            plan_fn = functools.partial(_plan, ws, users, shape, rows)
+            plan_fn = functools.partial(_plan, ws, users, shape, rows, one.spec)
             out.append(Candidate(functools.partial(exact, plan_fn, (bound, works)), works))
     return out
 

@@ -46,7 +46,7 @@ from wse_systems.pipeline import (
     plan_pipeline,
 )
 from wse_systems.serving.blocks import Pipeline, price_pipeline
-from wse_systems.token import fastest_plan, head_rows_ladder, ladder_plans
+from wse_systems.token import GRID_STEP, fastest_plan, footprint_plans, ladder_plans
 
 __all__ = [
     "ParamBytes",
@@ -80,13 +80,6 @@ class RoundSetup(NamedTuple):
     price: PriceFn | None = None
     load: LoadFn | None = None
 
-
-# The ratio between the row counts of `place_speculative`'s grid (the draft's rows, each
-# model's head rows): 2, a quarter of `fastest_plan`'s steps in each dimension, as every
-# draft row count times each model's head rows is planned and priced. Llama 3.1 8B with 3.2
-# 1B, both layouts: 26 placements priced and a round of 915.2 us; on `HEAD_ROWS_STEP`'s grid
-# 387 (ten times the planning time) for 914.0 us.
-GRID_STEP = 2.0
 
 _LATENCY_FIELDS = ("latency_hops", "fixed_cycles", "system_hops")
 
@@ -159,16 +152,16 @@ def place_speculative(
     param_bytes: ParamBytes = ParamBytes(),
     regions: Regions = Regions(),
 ) -> tuple[PipelinePlan, PipelinePlan]:
-    """(target plan, draft plan): of the draft's PE rows of each wafer on the grid's ladder
-    (`head_rows_ladder(spec, step=GRID_STEP)`, below the wafer's rows), the target on the
-    rest, and each model's head rows on the same ladder of its rows
-    (`wse_systems.token.ladder_plans`), the placement that holds both and whose round
-    period with `slots` users in flight prices shortest: its round (`gamma` drafts and the
-    target's pass over gamma + 1 tokens, `kv_tokens` cached tokens read), or `slots` rounds
-    through the element a round holds longest, one at a time, whichever is longer (with
-    `round.load`: the keys it gives, in order); then the shorter round, then the fewer rows
-    (at one user: the shortest round, the fastest plan of each model on its rows). None
-    holds them: the draft on its
+    """(target plan, draft plan): of the draft's footprints (`wse_systems.token.
+    footprint_plans`: PE rows of each wafer on the ladder of `GRID_STEP`, below the wafer's
+    rows, the plain plan's footprints), the target on the rest, and each model's head rows
+    on the same ladder of its rows (`wse_systems.token.ladder_plans`), the placement that
+    holds both and whose round period with `slots` users in flight prices shortest: its round
+    (`gamma` drafts and the target's pass over gamma + 1 tokens, `kv_tokens` cached tokens read), or
+    `slots` rounds through the element a round holds longest, one at a time, whichever is longer
+    (with `round.load`: the keys it gives, in order); then the shorter round, then the fewer rows
+    (at one user: the shortest round, the fastest plan of each model on its rows). None holds them:
+    the draft on its
     fewest rows (`fewest_draft_rows`, whose error comes first when nothing does), each model
     placed fastest there (`wse_systems.token.fastest_plan`). `regions` are the target's (the
     draft's: one per layer, laid out and priced as the target's); `price(config, plan)`
@@ -203,11 +196,10 @@ def place_speculative(
     drafting = once_per_plan(lambda plan: _draft_part(price(draft, plan), gamma))
 
     best: tuple[tuple[float, float], PipelinePlan, PipelinePlan] | None = None
-    for rows in head_rows_ladder(spec, step=GRID_STEP)[:-1]:
+    for cut, drafts in footprint_plans(draft, spec, **dkw):
         # the draft first (the smaller model): on rows that cannot hold it, the target's
         # placements are not planned; nothing is priced until both hold
-        drafts = ladder_plans(draft, spec.replace(pe_rows=rows), step=GRID_STEP, **dkw)
-        rest = spec.replace(pe_rows=spec.pe_rows - rows)
+        rest = spec.replace(pe_rows=spec.pe_rows - cut.pe_rows)
         targets = ladder_plans(target, rest, step=GRID_STEP, **tkw) if drafts else []
         # each model's plans fastest first (a tie keeps the fewer head rows): at one user the
         # pair of the two fastest, as each model alone chooses

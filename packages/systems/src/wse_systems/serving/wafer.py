@@ -5,11 +5,13 @@ Contract. `WaferServing(config, spec, num_wafers=n, workload=w)` is a `ServingSy
 (`wse_systems.serving.frontier`). For `users` in flight it plans the model with
 `context_len=w.held_tokens, slots=users` in the placement that serves them best under the
 policy below (`wse_systems.serving.placements.search`: each layout, banded or compact, unless
-one is asked, `layout["layout"]`; each head size of the ladder, `layout["head_rows"]`; the
-prompt block each allows; hunt 73: by one user's token, 70B on 4 wafers was held to 21 users
-where banded holds 44); speculation: below): the plan the pipelined engine runs, every
-region holding its layers' weights, each user's KV cache for those layers and activations,
-declared in the wafer's SRAM ledger. The most users that fit (`max_users`) is where the
+one is asked, `layout["layout"]`; each head size of the ladder, `layout["head_rows"]`, on
+the whole wafer and on each footprint of fewer PE rows, `layout["pe_rows"]` of
+`layout["wafer_pe_rows"]` (hunt jobs17: GPT-2 124M's token 70.4 us on the whole wafer, 52.4
+on 64 rows); the prompt block each allows; hunt 73: by one user's token, 70B on 4 wafers
+was held to 21 users where banded holds 44); speculation: below): the plan the pipelined
+engine runs, every region holding its layers' weights, each user's KV cache for those layers and
+activations, declared in the wafer's SRAM ledger. The most users that fit (`max_users`) is where the
 layout that holds the most stops fitting (the regions by bytes, as the search's);
 `budget()` states the per-PE budget of the fullest region; more users are refused with its
 numbers, users that are not a whole number as `GpuServing` refuses them.
@@ -392,7 +394,8 @@ class WaferServing:
         best, token, plan = self.request(users, block), self.pipelines(users)[0], plans[0]
         return best.point(users, self.workload, regions=len(plan.stages) + 1, wafers=self.units,
                           layout=plan.layout, stages=len(plan.stages), token_s=token.token_s,
-                          head_rows=plan.head.region.rows, **token.token_parts_s())  # fmt: skip
+                          head_rows=plan.head.region.rows, pe_rows=plan.spec.pe_rows,
+                          wafer_pe_rows=self.spec.pe_rows, **token.token_parts_s())  # fmt: skip
 
     def occupancy(self, users: int) -> dict[str, float]:
         """Fraction of the time each element (the draft's too) is busy at `users` in flight."""

@@ -1,0 +1,122 @@
+"""Hunt jobs17 (session 81), holes C, D and E. Broken before:
+
+- C: the wafer's plan (`token.fastest_plan`, and the serving model's search,
+  `serving.placements`) always tiled the whole wafer, where the same pricer gave a small model
+  a faster token on fewer PE rows (GPT-2 124M: 70.42 us on the whole WSE-3, 52.44 us on 64 of
+  its 762 rows), and `place_speculative` already put a draft on such a footprint: GPT-2 124M
+  "speculating" with itself as its draft (acceptance 1, gamma 4) priced 63.54 us a token
+  against plain decoding's 70.42. The plan now weighs the footprints the draft's placement
+  weighs (`token.footprint_plans`, one code for both). Oracles: a brute force over the
+  footprints and head sizes, each plan made by `plan_pipeline` and priced by `price_token`
+  (the report's pricer, not the search's); a round of gamma + 1 tokens that cannot be
+  shorter than gamma + 1 plain tokens; the whole-wafer search alone for the models that fill
+  the wafer (the calibration's Llama 3.1 8B, 70B on 4 wafers), whose plans do not move.
+"""
+
+from __future__ import annotations
+
+import pytest
+import wse_models
+from wse_core.cost.assumptions import assumed_spec
+from wse_core.hw.spec import preset
+from wse_systems import token
+from wse_systems.pipeline import PipelinePlanError, Regions, plan_pipeline
+from wse_systems.serving import Speculation, WaferServing, Workload
+from wse_systems.transformer import LLAMA31_8B
+
+pytestmark = pytest.mark.timeout(600)
+
+WSE3 = preset("wse3")
+GPT2 = wse_models.preset_config("gpt2-124m", dtype="bfloat16")
+WORK = Workload(prompt_tokens=128, output_tokens=128)  # the hunter's request
+
+
+# ---- C: the plan weighs the footprints ---------------------------------------------------------
+
+
+def _serving(speculation: Speculation | None = None) -> WaferServing:
+    return WaferServing(GPT2, WSE3, num_wafers=1, workload=WORK, speculation=speculation)
+
+
+def test_a_self_draft_no_longer_beats_plain_decoding():
+    plain = _serving().point(1)
+    self_draft = _serving(Speculation(draft=GPT2, gamma=4, alpha=1.0)).point(1)
+    # before: 14,201 tokens/s a user plain (70.42 us a token, the whole wafer) against
+    # 15,739 speculating with itself; now plain runs on a footprint
+    assert plain.user_tokens_per_s >= self_draft.user_tokens_per_s
+    assert plain.layout["pe_rows"] < plain.layout["wafer_pe_rows"] == WSE3.pe_rows
+    # the round: 4 drafts on the draft's rows, then a 5-token pass of the same model on the
+    # rest; neither part is faster than a plain token on the plan's footprint, so a round of
+    # gamma + 1 tokens is at least gamma + 1 plain tokens
+    ws = _serving(Speculation(draft=GPT2, gamma=4, alpha=1.0))
+    round_s, _, per_round = ws.round_s(1)
+    assert per_round == 5.0
+    assert round_s >= 5 * plain.layout["token_s"]
+
+
+def _brute_force(config, spec, layout: str, kv: int) -> tuple[float, int, int]:
+    """(seconds, PE rows, head rows) of the fastest token over every footprint of
+    `token.GRID_STEP`'s ladder below the wafer (head sizes on that ladder of its rows) and
+    the whole wafer (head sizes on `HEAD_ROWS_STEP`'s), each plan `plan_pipeline`'s, priced by
+    `price_token`; a tie keeps the whole wafer, then the fewer rows."""
+    whole = token.head_rows_ladder(spec)
+    grid = [(r, token.head_rows_ladder(spec.replace(pe_rows=r), step=token.GRID_STEP))
+            for r in token.head_rows_ladder(spec, step=token.GRID_STEP)[:-1]]  # fmt: skip
+    best = None
+    for rows, heads in [(spec.pe_rows, whole), *grid]:
+        for head in heads:
+            try:
+                plan = plan_pipeline(config, spec.replace(pe_rows=rows), context_len=256,
+                                     regions=Regions(layout=layout, head_rows=head))  # fmt: skip
+            except PipelinePlanError:
+                continue
+            s = token.price_token(config, plan, kv_tokens=kv).predicted_s
+            if best is None or s < best[0] * (1 - 1e-12):
+                best = (s, rows, head)
+    assert best is not None
+    return best
+
+
+@pytest.mark.parametrize("layout", ["banded", "compact"])
+def test_the_plan_is_the_brute_force_fastest_over_footprints(layout):
+    kv = 192
+    seconds = token.token_seconds_fn(GPT2, kv_tokens=kv)
+    plan = token.fastest_plan(GPT2, WSE3, seconds, context_len=256,
+                              regions=Regions(layout=layout))  # fmt: skip
+    s, rows, head = _brute_force(GPT2, WSE3, layout, kv)
+    assert (plan.spec.pe_rows, plan.head.region.rows) == (rows, head)
+    assert token.price_token(GPT2, plan, kv_tokens=kv).predicted_s == pytest.approx(s, rel=1e-12)
+    if layout == "compact":  # the hunter's: 52.44 us on 64 rows against 70.42 on 762
+        whole = min(token.ladder_plans(GPT2, WSE3, context_len=256,
+                                       regions=Regions(layout=layout)), key=seconds)  # fmt: skip
+        assert rows < WSE3.pe_rows and s < 0.8 * seconds(whole)
+
+
+def _whole_wafer_fastest(config, spec, kv, token_out, **kw):
+    """The fastest plan of each layout on the whole wafer alone (the search before)."""
+    seconds = token.token_seconds_fn(config, kv_tokens=kv, token_out=token_out)
+    plans = [min(token.ladder_plans(config, spec, regions=Regions(layout=a, gemv="sdk"), **kw),
+                 key=seconds) for a in ("banded", "compact")]  # fmt: skip
+    return min(plans, key=seconds), seconds
+
+
+def test_the_8b_calibration_row_keeps_its_whole_wafer_plan():
+    setup = token.PUBLISHED_SETUP
+    kv, out = int(setup["kv_tokens"]), bool(setup["token_out"])
+    spec = assumed_spec("wse3")
+    plan, _ = token.choose_layout(LLAMA31_8B, spec, kv_tokens=kv, token_out=out,
+                                  num_wafers=1, context_len=setup["context_len"],
+                                  regions=Regions(gemv="sdk"))  # fmt: skip
+    whole, seconds = _whole_wafer_fastest(LLAMA31_8B, spec, kv, out, num_wafers=1,
+                                          context_len=setup["context_len"])  # fmt: skip
+    assert plan.spec == spec and seconds(plan) == seconds(whole)
+    assert token.decode_check_row()["model"] == pytest.approx(seconds(whole), rel=1e-12)
+
+
+def test_70b_on_four_wafers_keeps_its_whole_wafer_plan():
+    config = wse_models.preset_config("llama3-70b", dtype="bfloat16")
+    spec = assumed_spec("wse3")
+    kw = dict(num_wafers=4, context_len=8192)
+    plan, _ = token.choose_layout(config, spec, kv_tokens=1500, token_out=True, **kw)
+    whole, seconds = _whole_wafer_fastest(config, spec, 1500, True, **kw)
+    assert plan.spec == spec and seconds(plan) == seconds(whole)
