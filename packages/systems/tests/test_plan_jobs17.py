@@ -11,9 +11,14 @@
   (the report's pricer, not the search's); a round of gamma + 1 tokens that cannot be
   shorter than gamma + 1 plain tokens; the whole-wafer search alone for the models that fill
   the wafer (the calibration's Llama 3.1 8B, 70B on 4 wafers), whose plans do not move.
+- D: `wse plan infer` said the prompt pass computed every token's logits, where the engine
+  and the price run the head once a prompt (session 80). Oracle: the head's product in the
+  token's own report (`price_token`), against the prompt pass the serving model prices.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import wse_models
@@ -21,6 +26,8 @@ from wse_core.cost.assumptions import assumed_spec
 from wse_core.hw.spec import preset
 from wse_systems import token
 from wse_systems.pipeline import PipelinePlanError, Regions, plan_pipeline
+from wse_systems.planning import infer as pi
+from wse_systems.planning.choice import ModelChoice
 from wse_systems.serving import Speculation, WaferServing, Workload
 from wse_systems.transformer import LLAMA31_8B
 
@@ -120,3 +127,35 @@ def test_70b_on_four_wafers_keeps_its_whole_wafer_plan():
     plan, _ = token.choose_layout(config, spec, kv_tokens=1500, token_out=True, **kw)
     whole, seconds = _whole_wafer_fastest(config, spec, 1500, True, **kw)
     assert plan.spec == spec and seconds(plan) == seconds(whole)
+
+
+# ---- D: the printed assumption says what is priced ---------------------------------------------
+
+
+def test_the_assumption_says_the_head_runs_once_a_prompt_as_priced():
+    work = Workload(prompt_tokens=64, output_tokens=8)
+    plan = pi.plan_infer(ModelChoice("gpt2-124m", GPT2), wafer=pi.WaferSetup(WSE3, 1),
+                         workload=work, target=pi.Target(users=1))  # fmt: skip
+    notes = " ".join(plan.assumptions)
+    assert "every token's logits" not in notes  # before: "every token's logits computed"
+    assert "the head's product and the argmax once a prompt, on its last block's last token" in (
+        notes
+    )
+    # what is priced: the token's own report names the head's product and the argmax
+    ws = WaferServing(GPT2, WSE3, num_wafers=1, workload=work)
+    target_plan = ws.plans(1)[0]
+    leaf = token.price_token(GPT2, target_plan, kv_tokens=work.prompt_kv_tokens).predicted
+    once = leaf.leaf("lm_head").seconds + leaf.leaf("argmax").seconds
+    prompt = ws.pipelines(1, prompt=True)[0]
+    k = ws.point(1).layout["prompt_block_tokens"]
+    held = prompt.prompt_occupancy_s(k)
+    # a block holds the head's element for less than one token's head product: no block
+    # runs it (every token's logits would hold it k times that)
+    assert held["per_token"] < leaf.leaf("lm_head").seconds
+    # the pass: the first block through every element, the rest one bottleneck apart, and
+    # the head's product and argmax once (a block more adds the bottleneck, no head)
+    blocks = math.ceil(work.prompt_tokens / k)
+    fill = prompt.prompt_blocks_s(k, k) - once
+    by_hand = fill + (blocks - 1) * max(held.values()) + once
+    assert prompt.prompt_blocks_s(work.prompt_tokens, k) == pytest.approx(by_hand, rel=1e-12)
+    assert ws.point(1).layout["prompt_pass_s"] == pytest.approx(by_hand, rel=1e-12)
