@@ -106,8 +106,9 @@ def _gpu_parts(g: dict) -> str:
 
 
 def _scaling(w: dict) -> str:
-    """Weak (same batch per system and micro-batch setting) and strong (same global batch,
-    one system at its fastest micro-batch) speedups over one system; 1 at one system."""
+    """Weak (same batch per system and micro-batch setting: 1 at one system) and strong
+    (same global batch, one system at its fastest micro-batch, at every N: below 1 at one
+    system where the micro-batch priced is slower) speedups over one system."""
     weak = f"weak {w['weak_speedup']:.4g}x"
     strong = "-" if w["strong_speedup"] is None else f"{w['strong_speedup']:.4g}x"
     return (f"{weak}, strong {strong} ({w['swarmx_levels']} SwarmX levels; weak: one system "

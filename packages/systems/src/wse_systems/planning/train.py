@@ -257,7 +257,9 @@ def plan_train(
         "wafer scaling against one system: weak = the same batch per system (the global "
         "batch grows with N), strong = the same global batch on one system; speedup = "
         "tokens/s(N) / tokens/s(1), one system at the same micro-batch setting (weak: the "
-        "scale-out alone, 1 at one system) or at its fastest (strong); every system "
+        "scale-out alone, 1 at one system) or at its fastest micro-batch (strong, at every N: "
+        "below 1 at one system where the micro-batch priced is slower, the saving the "
+        "micro-batch hint gives); every system "
         "receives every weight and sends every gradient each micro-batch (these do not "
         "shrink with N), SwarmX's tree adds system_latency_s per level to every streamed "
         "item (wse_systems.training.scaling)",
