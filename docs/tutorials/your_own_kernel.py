@@ -53,7 +53,7 @@ assert error < 1e-4
 traffic = fabric.count(wafer, lambda a: fabric.allreduce(wafer, smooth(a), "sum"), field)
 phases = serial(
     Phase("smooth", Work(ops=(Op("add", "fp32", 8, count=2), Op("mul", "fp32", 8)))),
-    Phase("allreduce", Work.from_traffic(traffic)),
+    Phase("allreduce", Work.from_traffic(traffic, exchanges=1)),  # + the shifts' exchange
     name="step",
 )
 report = RunReport.build(

@@ -66,6 +66,17 @@ def _to_centre(lines, n):
     return n // 2 + extra
 
 
+def _flood(w, rows, cols):
+    """Hops of the flood back from the centre PE, by loops: the centre column's links from
+    the centre row to row r, then row r's links from the centre column to its far end."""
+    mr, mc = (w.rows - 1) // 2, (w.cols - 1) // 2
+    down = cols[mc]  # the centre column's N-S links, top to bottom
+    return max(
+        sum(down[min(r, mr) : max(r, mr)]) + max(sum(rows[r][:mc]), sum(rows[r][mc:]))
+        for r in range(w.rows)
+    )
+
+
 def _latency(w, fn):
     xs = w.place(np.zeros((w.rows, w.cols, 2), np.float32))
     return fabric.count(w, lambda a: fn(w, a), xs).latency_hops
@@ -113,9 +124,12 @@ def test_each_op_records_its_slowest_line_chain():
         centre_col = _to_centre([cols[(w.cols - 1) // 2]], w.rows)
         assert _latency(w, lambda v, a: fabric.allreduce(v, a, axis="row")) == 2 * along_rows
         assert _latency(w, lambda v, a: fabric.allreduce(v, a, axis="col")) == 2 * down_cols
-        # the grid: each row to its centre column, then that column to its centre (and back)
+        # the grid: each row to its centre column, then that column to its centre; back, the
+        # flood's slowest path, walked: down the centre column to a row, then that row's
+        # longer side (hunt 81: it was the slowest row half plus the column's, paid again,
+        # two maxima that need not lie on one path)
         grid = along_rows + centre_col
-        assert _latency(w, lambda v, a: fabric.allreduce(v, a)) == 2 * grid
+        assert _latency(w, lambda v, a: fabric.allreduce(v, a)) == grid + _flood(w, rows, cols)
         assert _latency(w, lambda v, a: fabric.reduce(v, a, "max")) == grid
 
 
@@ -151,8 +165,11 @@ def test_one_detour_adds_its_extra_hops_once():
     assert _latency(w, lambda v, a: fabric.multicast(v, a, "S", 1)) == 2  # the longest link
     assert _latency(w, lambda v, a: fabric.multicast(v, a, "S", 2)) == 2 + 2  # both bends
     # row 3's detour is on the west half of its row (link 3-4; centre PE 5); the centre
-    # column (5) bends on links 2-3 and 3-4, both north of its centre PE 4: 2 extra there
-    assert _latency(w, lambda v, a: fabric.allreduce(v, a)) == 2 * (12 // 2 + 1 + 9 // 2 + 2)
+    # column (5) bends on links 2-3 and 3-4, both north of its centre PE 4: 2 extra there.
+    # In: rows 6 + 1, the column 4 + 2. Back, the flood's slowest path: up the centre column
+    # to row 0 (4 links + 2 bends) and along row 0's longer side (6 links): 12. Row 3, with
+    # the row detour, is 2 + 6 = 8 (hunt 81: the flood paid both detours, 26 in all).
+    assert _latency(w, lambda v, a: fabric.allreduce(v, a)) == (6 + 1) + (4 + 2) + (4 + 2 + 6)
 
 
 def test_the_full_wafer_broadcast_is_its_slowest_row():

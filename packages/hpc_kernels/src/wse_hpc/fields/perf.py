@@ -33,8 +33,8 @@ Counting rules:
   link). Its extra hops are paid on the critical path at `hop_latency_cycles` each, as
   every hop is (`exchange_hops`).
 - A wafer-wide reduction of w words is one fp32 allreduce over the grid's PE rectangle,
-  priced as Luczynski et al. model it (`wse_core.cost.collectives.allreduce_2d`), with the
-  detours on its slowest path (`wse_hpc.stencil.detours.rectangle_allreduce_detour_hops`).
+  priced as Luczynski et al. model it, with the detours on its slowest path: every
+  reduction's one price, `wse_core.cost.collectives.reduction`.
 """
 
 from __future__ import annotations
@@ -42,13 +42,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from wse_core.cost.collectives import allreduce_2d
+from wse_core.cost.collectives import reduction
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work, serial
 from wse_core.fabric import ledger
 from wse_core.hw.traffic import Traffic
 
 from wse_hpc.fields.grid import FieldError, FieldGrid, Program, traced_program
-from wse_hpc.stencil.detours import rectangle_allreduce_detour_hops
 
 __all__ = [
     "WORD_BYTES",
@@ -181,10 +180,9 @@ def program_work(
     )
     rates = PerfModel(grid.wafer.spec).rates
     rows, cols = pe_rect or (grid.shape[0], grid.shape[1])
-    detour = Work(latency_hops=rectangle_allreduce_detour_hops(grid.wafer.remap, rows, cols))
     for s, words in prog.reductions:
         if s == scope:
-            work = work + allreduce_2d(rates, rows, cols, words) + detour
+            work = work + reduction(rates, grid.wafer.remap, rows, cols, words).work
     return work
 
 

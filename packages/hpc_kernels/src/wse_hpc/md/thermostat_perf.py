@@ -11,12 +11,11 @@ assumed generator's sweep (`UNIFORM`), its Langevin phase repriced at each.
   each of the step's two half steps sums 2 KE over the PEs (`fabric.reduce` in
   `integrate._nose_hoover_fn`) and every PE needs the sum: one fp32 allreduce of one word
   over the run's PE grid, priced as every allreduce of the stack is
-  (`wse_core.cost.collectives.allreduce_2d`, Luczynski et al.'s model, with the dead PEs'
-  detours on its slowest path, `rectangle_allreduce_detour_hops`, as `wse_hpc.fields.perf`
-  prices its CG dots); then the bath's update and the velocities' scale, scalar
-  (`pe_program.NOSE_HOOVER_HALF`, and `NOSE_HOOVER_LINK` for each of the chain's M - 1
-  further elements: every PE updates the whole chain alike, no more sums), in the task the
-  sum's arrival activates.
+  (`wse_core.cost.collectives.reduction`: Luczynski et al.'s model, with the dead PEs'
+  detours on its slowest path, as `wse_hpc.fields.perf` prices its CG dots); then the
+  bath's update and the velocities' scale, scalar (`pe_program.NOSE_HOOVER_HALF`, and
+  `NOSE_HOOVER_LINK` for each of the chain's M - 1 further elements: every PE updates the
+  whole chain alike, no more sums), in the task the sum's arrival activates.
 - Langevin (LAMMPS `fix langevin`): 3 uniform numbers per atom per step and the force terms
   (`pe_program.LANGEVIN_FORCE`), scalar, in the kick's task (no task of their own, no
   fabric). The SDK documents no random-number instruction, so a number is priced as an
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from wse_core.cost.collectives import allreduce_2d
+from wse_core.cost.collectives import reduction
 from wse_core.cost.mechanisms import Constant
 from wse_core.cost.perf import PerfModel, Phase, Phases, Work
 from wse_core.hw.spec import WaferSpec
@@ -42,7 +41,6 @@ from wse_hpc.md.pe_program import (
     UNIFORM_SCALAR,
     scalar_count,
 )
-from wse_hpc.stencil.detours import rectangle_allreduce_detour_hops
 
 __all__ = [
     "UNIFORM",
@@ -76,9 +74,7 @@ UNIFORM = Constant(
 def kinetic_sum_work(spec: WaferSpec, wafer: Wafer) -> Work:
     """One Nosé–Hoover kinetic-energy sum: an fp32 allreduce of one word over `wafer`'s
     rows x cols PEs at `spec`'s constants, with its detours around dead PEs."""
-    rows, cols = wafer.rows, wafer.cols
-    detour = Work(latency_hops=rectangle_allreduce_detour_hops(wafer.remap, rows, cols))
-    return allreduce_2d(PerfModel(spec).rates, rows, cols, 1) + detour
+    return reduction(PerfModel(spec).rates, wafer.remap, wafer.rows, wafer.cols, 1).work
 
 
 def half_instructions(thermostat: Thermostat) -> float:

@@ -56,7 +56,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 from wse_core import Region, RunReport, WaferSpec, defect_map, fabric
-from wse_core.cost.collectives import allreduce_2d
+from wse_core.cost.collectives import reduction
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.cost.stencil import block_widths, wave_step_phases
 from wse_core.hw.spec import DTYPE_BYTES
@@ -64,7 +64,7 @@ from wse_core.hw.traffic import Traffic
 from wse_core.trace import PeTrace, trace_uniform
 
 from wse_hpc.stencil import periodic
-from wse_hpc.stencil.detours import allreduce_detour_hops, wave25_detour_hops
+from wse_hpc.stencil.detours import wave25_detour_hops
 from wse_hpc.stencil.placement import StencilGrid
 
 __all__ = [
@@ -145,7 +145,7 @@ def spmv7_ops(dtype: str, n: float) -> Work:
 
 def _fabric(traffic: Traffic) -> Work:
     """A traced halo exchange: its words and hops, one relay stage, a task per direction."""
-    return Work.from_traffic(traffic) + Work(relay_stages=1.0, task_activations=4.0)
+    return Work.from_traffic(traffic, exchanges=1.0, task_activations=4.0)
 
 
 def jacobi_phases(grid: StencilGrid, step_fn: Callable, steps: int) -> Phases:
@@ -179,12 +179,11 @@ def heat_phases(grid: StencilGrid, step_fn: Callable, steps: int) -> Phases:
 
 
 def allreduce_work(grid: StencilGrid, words: int) -> Work:
-    """One fp32 allreduce of `words` values per PE over the grid's PE rectangle
-    (`wse_core.cost.collectives.allreduce_2d` at the spec's constants), the detours around
-    dead PEs on its slowest path added (`detours.allreduce_detour_hops`)."""
-    rows, cols = grid.shape[0], grid.shape[1]
-    detour = Work(latency_hops=allreduce_detour_hops(grid))
-    return allreduce_2d(PerfModel(grid.wafer.spec).rates, rows, cols, words) + detour
+    """One fp32 allreduce of `words` values per PE over the grid's PE rectangle, priced as
+    every reduction of the stack (`wse_core.cost.collectives.reduction` at the spec's
+    constants: `allreduce_2d`, the detours around dead PEs on its slowest path added)."""
+    rates = PerfModel(grid.wafer.spec).rates
+    return reduction(rates, grid.wafer.remap, grid.shape[0], grid.shape[1], words).work
 
 
 def _dots(vec: str, n: float, pairs: int) -> Work:

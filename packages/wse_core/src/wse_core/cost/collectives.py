@@ -22,7 +22,10 @@ Algorithms (their Sec. 4-5, closed forms per the paper; p PEs, B words):
     two_phase  C = 2 B                L = p - 1   D = 2 ceil(sqrt p) - 2
     broadcast  C = B                  L = p - 1   D = 1   (flooding: multicast is free)
 `reduce_line(..., algorithm="best")` takes the fastest of the four at this spec's constants
-(their Auto-Gen trees do at least as well: an upper bound on a tuned library). The 2D
+(`best_algorithm`; their Auto-Gen trees do at least as well: an upper bound on a tuned
+library). What each moves, words x links (`line_word_hops`): star B p (p - 1) / 2, chain
+B (p - 1), tree B (p / 2) log2 p (each level's senders over 2^(k-1) links), two_phase
+B (p - g) + B s (g - 1) (s = ceil(sqrt p) PEs a group, g = ceil(p / s) groups). The 2D
 allreduce reduces along rows to the centre column, then along it to the centre PE (each
 half-line toward the centre at once, and one relay to join the halves), then floods the
 result back from the centre: for a scalar this is about the wafer's diameter plus the
@@ -30,14 +33,22 @@ relays, the shape of Rocki et al.'s "about 10% greater than the diameter".
 
 The centre of a line of p PEs is PE (p - 1) // 2, and the longest chain into it, or out of
 it, is p // 2 links (`centre_hops`, from the far end): 1 for 2 PEs, 2 for 4 (PE 3 -> 2 -> 1),
-2 for 5. Reduce and flood both walk it, here and in the traffic the fabric records
-(`wse_core.fabric.ledger.record_reduce` takes its hops and relays from `reduce_2d` and
-`flood_2d`). Hunt 76: the join of an even line's halves was priced at 0 hops, one short.
+2 for 5. Reduce and flood both walk it. Hunt 76: the join of an even line's halves was priced at 0
+hops, one short.
+
+One pricer (hunt 81): `reduction` is every grid reduction's price, the traced
+`fabric.reduce` / `fabric.allreduce` (`wse_core.fabric.ledger.record_reduce` records its
+work) and every kernel's and experiment's allreduce alike: C on "ramp" and on the reduced
+axes' links, L with the dead PEs' detours on the slowest path (`allreduce_detour_hops`),
+D, and the word-hops the chosen algorithm moves. Hunt 81: the traced allreduce paid the
+tree's depth with a chain's contention (2 B words a link, not B ceil(log2 p)), 2,274 cycles
+on the full WSE-3 at 16 words where the `fabric-collectives` row priced 2,592.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,7 +58,10 @@ from wse_core.hw.spec import WaferSpec
 
 __all__ = [
     "ALGORITHMS",
+    "Reduction",
     "line_work",
+    "line_word_hops",
+    "best_algorithm",
     "reduce_line",
     "broadcast_line",
     "allreduce_2d",
@@ -57,6 +71,7 @@ __all__ = [
     "reduce_to_centre",
     "allreduce_detour_hops",
     "extra_link_hops",
+    "reduction",
 ]
 
 ALGORITHMS = ("star", "chain", "tree", "two_phase")
@@ -92,12 +107,44 @@ def _cycles(spec: WaferSpec, work: Work) -> float:
     return ramp + work.latency_hops * spec.hop_latency_cycles + work.relay_stages * relay
 
 
+def best_algorithm(spec: WaferSpec, p: int, words: float) -> str:
+    """The fastest of `ALGORITHMS` for a line reduce of `p` PEs at `spec`'s constants (the
+    first listed on a tie)."""
+    return min(ALGORITHMS, key=lambda a: _cycles(spec, line_work(a, p, words)))
+
+
 def reduce_line(spec: WaferSpec, p: int, words: float, algorithm: str = "best") -> Work:
     """A reduce over `p` PEs in a line; "best": the fastest algorithm at `spec`'s constants."""
-    if algorithm != "best":
-        return line_work(algorithm, p, words)
-    works = [line_work(a, p, words) for a in ALGORITHMS]
-    return min(works, key=lambda w: _cycles(spec, w))
+    if algorithm == "best":
+        algorithm = best_algorithm(spec, p, words)
+    return line_work(algorithm, p, words)
+
+
+def line_word_hops(algorithm: str, p: int, words: float) -> float:
+    """Words x links one reduce of `words` per PE over `p` PEs in a line to its end (PE 0)
+    moves, by `algorithm` (the module docstring's table): star, every PE straight to PE 0;
+    chain, one link each; tree, at level k (1 .. ceil(log2 p)) each PE i = 2^(k-1) mod 2^k
+    over 2^(k-1) links; two_phase, a chain in each group of ceil(sqrt p) PEs to its first,
+    then the groups' firsts along the line."""
+    if p <= 1 or words <= 0:
+        return 0.0
+    if algorithm == "star":
+        links = p * (p - 1) // 2
+    elif algorithm == "chain":
+        links = p - 1
+    elif algorithm == "tree":
+        links = 0
+        for k in range(1, _log2(p) + 1):
+            step = 2 ** (k - 1)
+            senders = (p - 1 - step) // (2 * step) + 1  # i = step, 3 step, 5 step, ... < p
+            links += step * senders
+    elif algorithm == "two_phase":
+        s = math.ceil(math.sqrt(p))
+        g = math.ceil(p / s)
+        links = (p - g) + s * (g - 1)
+    else:
+        raise ValueError(f"unknown reduce algorithm {algorithm!r}; known: {ALGORITHMS}")
+    return float(words) * links
 
 
 def broadcast_line(p: int, words: float) -> Work:
@@ -165,15 +212,102 @@ def extra_link_hops(remap: Remap, rows: int, cols: int) -> tuple[np.ndarray, np.
     return ns, ew
 
 
-def allreduce_detour_hops(remap: Remap, rows: int, cols: int) -> float:
-    """Extra hops that dead PEs' detours (`remap.link_hops`) add to the slowest path of
-    `allreduce_2d` over the rows x cols PEs at (0, 0): rows to the centre column (the slowest
-    row half), the column to the centre (its slower half), the flood back (the centre column
-    to a row, then that row's farther half). 0 without detours."""
+def allreduce_detour_hops(
+    remap: Remap, rows: int, cols: int, axes: tuple[int, ...] = (0, 1), back: bool = True
+) -> float:
+    """Extra hops that dead PEs' detours (`remap.link_hops`) add to the slowest path of a
+    reduction over the rows x cols PEs at (0, 0) along grid `axes` (`back`: and flooded
+    back, an allreduce). Over both axes (`allreduce_2d`): rows to the centre column (the
+    slowest row half), the column to the centre (its slower half), the flood back (the
+    centre column to a row, then that row's farther half). Along one axis every line at
+    once: the slowest line's slower half, again on the way back. 0 without detours."""
     mr, mc = math.ceil(rows / 2) - 1, math.ceil(cols / 2) - 1
     ns, ew = extra_link_hops(remap, rows, cols)
     row_half = np.maximum(*_halves(ew, mc)) if cols > 1 else np.zeros(rows)
+    if tuple(sorted(axes)) == (1,):
+        return (2.0 if back else 1.0) * float(row_half.max(initial=0))
+    if tuple(sorted(axes)) == (0,):
+        col_half = np.maximum(*_halves(ns.T, mr)) if rows > 1 else np.zeros(cols)
+        return (2.0 if back else 1.0) * float(col_half.max(initial=0))
     col = ns[:, mc] if rows > 1 else np.zeros(0)
+    reduce = float(row_half.max()) + float(max(_halves(col, mr)))
+    if not back:
+        return reduce
     up = np.concatenate([np.cumsum(col[:mr][::-1])[::-1], [0.0], np.cumsum(col[mr:])])
-    flood = float((up + row_half).max())
-    return float(row_half.max()) + float(max(_halves(col, mr))) + flood
+    return reduce + float((up + row_half).max())
+
+
+class Reduction(NamedTuple):
+    """One grid reduction's price (`reduction`): its `work` (C on "ramp", L with the
+    detours, D), the busiest PE's words per direction it moves (`links`: "ramp" and the
+    reduced axes' links, none above C, so pricing them with `work` changes nothing) and
+    the `word_hops` it moves (words x physical hops, detours included at each axis' mean
+    link)."""
+
+    work: Work
+    links: dict[str, float]
+    word_hops: float
+
+
+def _centre_word_hops(spec: WaferSpec, p: int, words: float) -> float:
+    """Words x links of `reduce_to_centre` over `p` PEs: both halves by the best algorithm,
+    then the join (one link for p even, none for p odd)."""
+    if p <= 1 or words <= 0:
+        return 0.0
+    half = math.ceil(p / 2)
+    join = centre_hops(p) - (half - 1)
+    return 2.0 * line_word_hops(best_algorithm(spec, half, words), half, words) + words * join
+
+
+def reduction(
+    spec: WaferSpec,
+    remap: Remap | None,
+    rows: int,
+    cols: int,
+    words: float,
+    *,
+    axes: tuple[int, ...] = (0, 1),
+    back: bool = True,
+) -> Reduction:
+    """The one price of a reduction of `words` per PE over the rows x cols PEs at (0, 0)
+    along grid `axes` (0: down the columns, 1: along the rows; both: to the centre PE) and,
+    `back`, flooded back to every PE (an allreduce), at `spec`'s constants (pass
+    `PerfModel.rates`): `reduce_2d` (+ `flood_2d`) over the reduced axes, the detours of
+    `remap` on the slowest path added (`allreduce_detour_hops`; None: no dead PEs). Its
+    `links`: each reduced axis' two directions carry a half-line's contention and the join
+    (the busiest link of a line reduce carries what its end core takes off the ramp,
+    B ceil(log2 p) for a tree), plus the flood's B."""
+    r = rows if 0 in axes else 1
+    c = cols if 1 in axes else 1
+    work = reduce_2d(spec, r, c, words)
+    if back:
+        work = work + flood_2d(r, c, words)
+    if words <= 0 or r * c <= 1:
+        return Reduction(Work(), {}, 0.0)
+    mean_ns = mean_ew = 1.0
+    detour = 0.0
+    if remap is not None:
+        ns, ew = extra_link_hops(remap, rows, cols)
+        mean_ns += float(ns.mean()) if ns.size else 0.0
+        mean_ew += float(ew.mean()) if ew.size else 0.0
+        detour = allreduce_detour_hops(remap, rows, cols, axes, back)
+    links = {"ramp": work.links.get("ramp", 0.0)}  # first: a tie names the ramp
+    flood = float(words) if back else 0.0
+    for n, pair in ((c, ("E", "W")), (r, ("N", "S"))):
+        if n > 1:
+            along = reduce_to_centre(spec, n, words).links.get("ramp", 0.0) + flood
+            links.update(dict.fromkeys(pair, along))
+    # word-hops: every row (or every column, one axis alone) to its centre; the centre
+    # column (with both axes) to the centre; the flood over every link of the rectangle once
+    lines = rows if 1 in axes else 0
+    hops_ew = lines * _centre_word_hops(spec, c, words)
+    hops_ns = (1 if 1 in axes else cols) * _centre_word_hops(spec, r, words) if 0 in axes else 0.0
+    if back:
+        hops_ew += float(words) * (rows if 1 in axes else 0) * (c - 1)
+        hops_ns += float(words) * ((1 if 1 in axes else cols) if 0 in axes else 0) * (r - 1)
+    work = Work(
+        links={"ramp": links["ramp"]},
+        latency_hops=work.latency_hops + detour,
+        relay_stages=work.relay_stages,
+    )
+    return Reduction(work, links, hops_ew * mean_ew + hops_ns * mean_ns)

@@ -229,12 +229,22 @@ class Work:
         object.__setattr__(self, "links", FrozenMapping(self.links))
 
     @classmethod
-    def from_traffic(cls, traffic: Traffic, **kwargs: object) -> Work:
-        """The fabric work of a traced traffic count (per-direction links, hops and relays)."""
+    def from_traffic(cls, traffic: Traffic, exchanges: float = 0.0, **kwargs: object) -> Work:
+        """The fabric work of a traced traffic count (per-direction links, hops and relays),
+        plus one relay stage for each of its `exchanges`.
+
+        A reduction's entry carries its own relays (`collectives.reduction`). A shift,
+        multicast or broadcast entry carries none: the sending core's ramp up and the
+        receiving core's ramp down (one relay stage, 2 T_R + 1 cycles: Luczynski et al.'s
+        D = 1 of a flood, as `collectives.broadcast_line`) are paid once by each exchange
+        of point-to-point ops that run together, which only the caller knows: a lone shift
+        is `exchanges=1`, a halo's four shifts at once too. Hunt 81: `fabric-collectives`
+        added the relay to its shift row and the tour's shift had none, 22 cycles and 17
+        for the same 16-word shift."""
         return cls(
             links=dict(traffic.links),
             latency_hops=traffic.latency_hops,
-            relay_stages=traffic.relay_stages,
+            relay_stages=traffic.relay_stages + exchanges,
             **kwargs,  # type: ignore[arg-type]
         )
 

@@ -5,7 +5,9 @@ of one per-PE value), `hops` (mean and max physical hops per logical link along 
 detours around dead PEs included), `chain_hops` (the physical hops of the slowest chain of
 consecutive links along an axis), `flood_hops` (a flood's from a PE of each line out to
 both ends), and `record_multicast`, `record_shift`, `record_reduce`,
-`record` (one `Traffic` entry: words, word-hops, busiest-link words, latency hops).
+`record` (one `Traffic` entry: words, word-hops, busiest-link words, latency hops); a
+reduction's entry is `wse_core.cost.collectives.reduction`'s price, the one every kernel
+and experiment pays for it.
 
 A chain's latency is its slowest line's: the most physical hops, over the rows (or columns)
 it runs along, summed over the links of its path there; a detour of e extra hops adds e once
@@ -187,18 +189,6 @@ def flood_hops(wafer: Wafer, axis: int, source: int) -> float:
     return float(np.maximum(before, after).max())
 
 
-def _centre_detour(wafer: Wafer, axis: int, line: int | None = None) -> int:
-    """Detour hops on the way into the centre PE, (n - 1) // 2, of each line along `axis` (of
-    line `line` only): the most of any line's half (the links from either end to it)."""
-    n = (wafer.rows, wafer.cols)[axis]
-    run = _detour_runs(wafer, axis)
-    if run is None:
-        return 0
-    lines = run if line is None else run[line : line + 1]
-    c = (n - 1) // 2
-    return int(np.maximum(lines[:, c], lines[:, -1] - lines[:, c]).max())
-
-
 def record_multicast(wafer: Wafer, direction: str, w: float, k: int) -> None:
     axis = DIRECTIONS[direction][0]
     mean_h = hops(wafer, axis)[0]
@@ -224,30 +214,33 @@ def record_reduce(wafer: Wafer, x, axes: tuple[int, ...], op: str, both: bool, d
     carried as `dtype`, the result's (a sum of int8 or bool is int32, as `jnp.sum` gives it:
     the words that result needs; hunt 74 priced the input's width).
 
-    Its chain is the collectives' (`wse_core.cost.collectives.reduce_2d`, `flood_2d`: over
-    the whole grid each row to its centre column, then that column to its centre, p // 2
-    links a line of p; an allreduce floods the result back as far), with their relays, plus
-    the detours on the slowest line's half, paid again on the way back. Hunt 76: the chain
-    was (p - 1) / 2 links a line, half a link short on an even one, with no relay."""
+    Its price is the one every reduction of the stack pays,
+    `wse_core.cost.collectives.reduction` at the constants the model prices with: the chosen
+    algorithm's contention on the ramp and the reduced axes' links, its chain with the
+    relays, the dead PEs' detours on the slowest path, the word-hops it moves. Hunt 81: the
+    entry took the tree's depth but 2 w words a link, a chain's contention (2,274 cycles on
+    the full WSE-3 at 16 words where the same op's `fabric-collectives` row priced 2,592),
+    and summed each axis' worst detours (194 hops where the slowest path has 192)."""
+    from wse_core.cost.perf import PerfModel  # it sits above the fabric
+
     w = words_per_pe(x, dtype)
     n = wafer.num_pes
-    rows, cols = (wafer.rows if 0 in axes else 1), (wafer.cols if 1 in axes else 1)
-    chain = collectives.reduce_2d(wafer.spec, rows, cols, w)
     mult = 2 if both else 1  # allreduce = reduce + broadcast back
-    if both:
-        chain = chain + collectives.flood_2d(rows, cols, w)
-    lat, relays = chain.latency_hops, chain.relay_stages
-    if w <= 0:  # no words: nothing moves, no chain
-        lat = relays = 0.0
-    else:  # the detours, on the way in and again on the way back
-        centre_col = (wafer.cols - 1) // 2 if 1 in axes else None
-        lat += mult * sum(_centre_detour(wafer, a, centre_col if a == 0 else None) for a in axes)
-    # Toward the centre of each axis from both ends, and back out: w per link each way.
-    links: dict[str, float] = {}
-    for a in axes:
-        for d in ("N", "S") if a == 0 else ("E", "W"):
-            links[d] = links.get(d, 0.0) + w * mult
-    entry = Traffic(op, n * w * mult, n * w * mult, 2 * w * mult, lat, 1, links, relays)
+    rates = PerfModel(wafer.spec).rates
+    priced = collectives.reduction(
+        rates, wafer.remap, wafer.rows, wafer.cols, w, axes=axes, back=both
+    )
+    work = priced.work
+    entry = Traffic(
+        op,
+        n * w * mult,
+        priced.word_hops,
+        2 * w * mult if priced.links else 0.0,  # each PE sends w toward the centre, w back
+        work.latency_hops,
+        1,
+        priced.links,
+        work.relay_stages,
+    )
     wafer.traffic.record(entry)
 
 

@@ -10,11 +10,13 @@ rules are `wse_core.fabric.counting`'s).
 Counts are for the logical grid: `words` (32-bit words injected into the fabric),
 `word_hops` (words times the physical hops they travel, detours around dead PEs included),
 `max_words_per_pe` (the busiest PE's injected words, all directions together),
-`links` (the busiest PE's words per outgoing link direction, "N", "S", "E", "W": links of
-different directions run at once, so the busiest single link bounds bandwidth time; the
-performance model takes the maximum over directions), `latency_hops` (the longest chain
-of dependent hops, which bounds latency time) and `relay_stages` (dependent relays through
-a core on that chain: a reduction's combining steps, 2 T_R + 1 cycles each).
+`links` (the busiest PE's words per outgoing link direction, "N", "S", "E", "W", and for a
+reduction "ramp", the words its busiest core takes off the router, Luczynski et al.'s
+contention C: links of different directions run at once, so the busiest single link bounds
+bandwidth time; the performance model takes the maximum over directions), `latency_hops`
+(the longest chain of dependent hops, which bounds latency time) and `relay_stages`
+(dependent relays through a core on that chain: a reduction's combining steps, 2 T_R + 1
+cycles each).
 """
 
 from __future__ import annotations

@@ -2,12 +2,14 @@
 the wafer, across grid sizes up to the full WSE-3.
 
 Measured: trace-plus-compile time and run time per op of the emulator on this machine's
-devices. Predicted: wafer cycles and microseconds on WSE-3, by mechanism: shift, multicast
-and broadcast from the traffic each op records (`fabric.count`, no allocation needed) and one
-relay stage (the sending core's ramp to the receiving core's); the allreduce as Luczynski et
-al. model it (`wse_core.cost.collectives.allreduce_2d`), with the extra hops the dead PEs'
-detours add to its slowest path (`allreduce_detour_hops`; stop 73: the other three ops paid
-their detours through the traffic's chains while the allreduce row ignored them).
+devices. Predicted: wafer cycles and microseconds on WSE-3, by mechanism, every op priced
+from the traffic it records (`fabric.count`, no allocation needed), as a kernel prices it
+(`Work.from_traffic`): shift, multicast and broadcast with the one relay stage of their
+exchange (the sending core's ramp to the receiving core's); the allreduce's entry is
+Luczynski et al.'s model with the dead PEs' detours on its slowest path
+(`wse_core.cost.collectives.reduction`, which the fabric's ledger records; hunt 81: this row
+priced `allreduce_2d` itself while the traced op, which kernels pay, had a chain's
+contention under the tree's depth, 2,592 cycles against 2,274 on the full WSE-3).
 Predictions do not depend on `quick`, which only skips the largest measured grids. Nothing
 here is published.
 """
@@ -21,7 +23,6 @@ import jax.numpy as jnp
 
 from wse_core import fabric
 from wse_core.cost.assumptions import assumed_spec
-from wse_core.cost.collectives import allreduce_2d, allreduce_detour_hops
 from wse_core.cost.perf import PerfModel, Work
 from wse_core.hw.wafer import build_wafer
 from wse_core.studies.experiment import ExperimentResult, PredictionRow
@@ -64,12 +65,8 @@ def run(*, quick: bool = False, seed: int = 0) -> ExperimentResult:
                 wafer.padded_shape + (WORDS_PER_PE,), jnp.float32, sharding=wafer.sharding(1)
             )
             traffic = fabric.count(wafer, lambda a, op=op, w=wafer: op(w, a), shape)
-            if name == "allreduce":
-                detour = Work(latency_hops=allreduce_detour_hops(wafer.remap, *grid))
-                work = allreduce_2d(model.rates, grid[0], grid[1], WORDS_PER_PE) + detour
-            else:
-                work = Work.from_traffic(traffic) + Work(relay_stages=1.0)
-            pred = model.cost(work)
+            exchanges = 0.0 if name == "allreduce" else 1.0  # a reduction carries its relays
+            pred = model.cost(Work.from_traffic(traffic, exchanges=exchanges))
             mech = pred.timed_mechanisms()
             params = {
                 "preset": "wse3",
