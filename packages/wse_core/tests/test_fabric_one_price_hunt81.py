@@ -4,9 +4,10 @@ Broken before: the traced `fabric.allreduce` (`ledger.record_reduce`) paid the t
 (its relay stages) with 2 w words a link, a chain's contention, while `fabric-collectives`
 priced Luczynski et al.'s tree with its contention B ceil(log2 p): 2,274 against 2,592
 cycles on the full WSE-3 at 16 words, 96 against 144 on 7 x 9; the traced detours summed
-each axis' worst (194 hops where the slowest path has 192); and its word-hops were one hop a
-word. Now every reduction is `collectives.reduction`'s price, which the ledger records and
-the experiment reads.
+each axis' worst (194 hops where the slowest path has 192); its word-hops were one hop a
+word; and one fp16 was half a wavelet, one bool a quarter. Now every reduction is
+`collectives.reduction`'s price, which the ledger records and the experiment reads, and a
+message is whole wavelets.
 
 Oracles: cycles, word-hops and wavelets counted by hand on small grids (the arithmetic in
 the comments), and every reduction's detours walked PE by PE over the wafer's own links
@@ -17,6 +18,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from wse_core import fabric, preset
 from wse_core.cost.assumptions import assumed_spec
@@ -143,3 +145,33 @@ def test_every_reductions_detours_are_its_slowest_path_walked(name, grid, seed, 
         assert extra == _walk(w.remap, *grid, axes, back), (axes, back)
         moved += extra
     assert moved > 0  # the draws detour links inside the grid, or this proves little
+
+
+@pytest.mark.parametrize(
+    "dtype,per_pe,wavelets",
+    [
+        (jnp.float16, (), 1),  # 2 B: a whole wavelet (was 0.5)
+        (jnp.bool_, (), 1),  # 1 B (was 0.25)
+        (jnp.int8, (3,), 1),  # 3 B packed (was 0.75)
+        (jnp.float16, (3,), 2),  # 6 B (was 1.5)
+        (jnp.float16, (4,), 2),  # 8 B: two packed pairs
+        (jnp.float32, (3,), 3),
+    ],
+)
+def test_a_message_is_whole_wavelets(dtype, per_pe, wavelets):
+    w = build_wafer(preset("small"), grid=(16, 16))
+    t = _count(w, lambda v, a: fabric.shift(v, a, "E"), per_pe, dtype)
+    assert dict(t.links) == {"E": wavelets}
+    assert t.words == 16 * 16 * wavelets
+
+
+def test_a_window_row_is_one_message():
+    # a 3-wide window of one fp16 a PE: E and W multicasts of one value (1 wavelet each
+    # link), then N and S shifts of the window's row, 3 fp16 = 6 B: 2 wavelets, not 3
+    w = build_wafer(preset("small"), grid=(16, 16))
+    x = jax.ShapeDtypeStruct(w.padded_shape, jnp.float16, sharding=w.sharding())
+    with w.traffic.scope() as entries:
+        jax.eval_shape(lambda a: fabric.window_apply(w, a, 1, 1, lambda r: r[1:-1, 1:-1]), x)
+    shifts = [dict(e.links) for e in entries if e.op.startswith("shift")]
+    assert shifts == [{"S": 2}, {"N": 2}]
+    assert np.isfinite(sum(e.words for e in entries))

@@ -362,9 +362,10 @@ def window_apply(
     if k_cols:
         led.record_multicast(wafer, "E", w, k_cols)
         led.record_multicast(wafer, "W", w, k_cols)
+    row = led.words_per_pe(x, values=2 * k_cols + 1)  # a row of the window: one message
     for _ in range(k_rows):
-        led.record_shift(wafer, "S", w * (2 * k_cols + 1), 1)
-        led.record_shift(wafer, "N", w * (2 * k_cols + 1), 1)
+        led.record_shift(wafer, "S", row, 1)
+        led.record_shift(wafer, "N", row, 1)
     return blk.on_blocks(wafer, blk.block_fn(wafer, on_block, "window_apply"), x, *kept, *fields)
 
 

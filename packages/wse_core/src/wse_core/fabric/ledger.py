@@ -1,8 +1,9 @@
 """What each fabric op records in the wafer's traffic ledger (no data moves here).
 
-`wse_core.fabric` moves the data and calls these at trace time: `words_per_pe` (32-bit words
-of one per-PE value), `hops` (mean and max physical hops per logical link along a grid axis,
-detours around dead PEs included), `chain_hops` (the physical hops of the slowest chain of
+`wse_core.fabric` moves the data and calls these at trace time: `words_per_pe` (the 32-bit
+wavelets of one per-PE value, whole: a message of fewer bytes still takes one), `hops`
+(mean and max physical hops per logical link along a grid axis, detours around dead PEs
+included), `chain_hops` (the physical hops of the slowest chain of
 consecutive links along an axis), `flood_hops` (a flood's from a PE of each line out to
 both ends), and `record_multicast`, `record_shift`, `record_reduce`,
 `record` (one `Traffic` entry: words, word-hops, busiest-link words, latency hops); a
@@ -67,13 +68,20 @@ __all__ = [
 
 # direction -> (grid axis, sign): sign +1 means PE i receives from PE i - distance.
 DIRECTIONS = {"N": (0, -1), "S": (0, +1), "E": (1, +1), "W": (1, -1)}
+# bytes of one wavelet, the fabric's unit: "32-bit messages, called wavelets" (Cerebras SDK
+# documentation); REFERENCES.md: one 32-bit wavelet per link per direction per cycle
+WAVELET_BYTES = 4
 
 
-def words_per_pe(x, dtype=None) -> float:
-    """32-bit fabric words per PE for one value of x's per-PE shape (of `dtype` when given:
-    a result's width), times the examples a `jax.vmap` of the op carries (`_examples`)."""
+def words_per_pe(x, dtype=None, values: int = 1) -> float:
+    """32-bit fabric words (wavelets) per PE of a message of `values` values of x's per-PE
+    shape (of `dtype` when given: a result's width), times the examples a `jax.vmap` of the
+    op carries (`_examples`, each its own message). A PE's message is whole wavelets: its
+    bytes packed, rounded up (hunt 81: one fp16 was half a word, one bool a quarter,
+    though the fabric moves nothing smaller than a wavelet)."""
     width = np.dtype(dtype or x.dtype).itemsize
-    return float(np.prod(x.shape[2:], dtype=np.int64)) * width / 4 * _examples(x)
+    message = values * int(np.prod(x.shape[2:], dtype=np.int64)) * width
+    return float(-(-message // WAVELET_BYTES)) * _examples(x)
 
 
 def _examples(x) -> int:
