@@ -217,12 +217,26 @@ def test_the_estimate_covers_the_measured_peak_at_full_rank(tmp_path):
 
 # -- 8: SRAM -------------------------------------------------------------------------------------
 def test_a_batch_over_sram_names_the_option_and_what_fits(operator):
+    from wse_core import preset
+    from wse_core.errors import SramBudgetError
+    from wse_hpc.tlrmvm.grouped_plan import plan_grouped
+    from wse_hpc.tlrmvm.perf import product_s
+
     path, _ = operator
-    refused_in_one_line(
+    code = preset("wse2").code_stack_bytes_per_pe  # hunt 81: the program's, not data's
+    line = refused_in_one_line(
         ROOT, [*TLR, "run", "--operator", path, "--batch", 200],
         "--batch 200 needs 59,456 B of SRAM per PE for its vectors and the bases but a wse2 PE "
-        "has 49,152 B: at most --batch 165 fits",
+        f"has {49152 - code:,} B (of the 49152 B a PE holds, {code} B are its program's code "
+        "and stack, assumed: code_stack_bytes_per_pe): at most --batch ",
     )  # fmt: skip
+    # the batch named is the largest the planner places (hunt 81: 165 when the program's
+    # code and stack were data's too)
+    best = int(line.rsplit("at most --batch ", 1)[1].split()[0])
+    op, wse2 = load_operator(path), preset("wse2")
+    assert plan_grouped(op, wse2, price=product_s, batch=best).batch == best
+    with pytest.raises(SramBudgetError):
+        plan_grouped(op, wse2, price=product_s, batch=best + 1)
 
 
 # -- 10: digit grouping ------------------------------------------------------------------------

@@ -29,10 +29,14 @@ def _grid(shape=(8, 8, 4), periodic=(True, True, True)):
 
 # --- the Z column against SRAM, before anything is built -----------------------------------
 def test_a_z_column_past_sram_is_refused_at_once():
-    cells = SPEC.sram_bytes_per_pe // 4  # the oracle: one fp32 field's column, 4 B a cell
+    # the oracle: one fp32 field's column, 4 B a cell, in the bytes the PE leaves data beside
+    # its code and stack (hunt 81)
+    data = SPEC.sram_bytes_per_pe - SPEC.code_stack_bytes_per_pe
+    cells = data // 4
     message = (
         "a Z column of 1,000,000,000 cells needs 4,000,000,000 B per PE (one fp32 field); "
-        f"the small PEs have {SPEC.sram_bytes_per_pe:,} B: at most {cells:,} cells"
+        f"the small PEs have {data:,} B for data ({SPEC.code_stack_bytes_per_pe:,} B of their "
+        f"{SPEC.sram_bytes_per_pe:,} are code and stack, assumed): at most {cells:,} cells"
     )
     start = time.perf_counter()
     with pytest.raises(SramBudgetError, match=f"^{re.escape(message)}$"):

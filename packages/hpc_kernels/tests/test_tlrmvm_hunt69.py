@@ -246,6 +246,10 @@ def op64():
     return compress(smooth_kernel(64, 64), nb=16, threshold=1e-3)
 
 
+_CODE = preset("wse2").code_stack_bytes_per_pe  # hunt 81: the program's, not data's
+_DATA = 49152 - _CODE
+
+
 def _grouped(op, **kw):
     return plan_grouped(op, preset("wse2"), price=product_s, **kw)
 
@@ -256,7 +260,8 @@ def test_a_batch_over_sram_names_batch_and_the_largest_that_fits(op64):
     best = int(str(e.value).rsplit("at most --batch ", 1)[1].split()[0])
     assert str(e.value) == (
         f"--batch 200 needs 59,456 B of SRAM per PE for its vectors and the bases but a wse2 PE "
-        f"has 49,152 B: at most --batch {best} fits"
+        f"has {_DATA:,} B (of the 49152 B a PE holds, {_CODE} B are its program's code and "
+        f"stack, assumed: code_stack_bytes_per_pe): at most --batch {best} fits"
     )
     assert _grouped(op64, batch=best).batch == best  # the named value fits ...
     with pytest.raises(SramBudgetError):
@@ -280,15 +285,19 @@ def test_tiles_no_option_fits_are_named_with_the_tile_size():
     op = compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)
     small = preset("small")
     with pytest.raises(SramBudgetError) as e:
-        _grouped_on(op, small.replace(sram_bytes_per_pe=256))
+        # hand-sized PEs: every byte data's (no code and stack reserve, hunt 81)
+        _grouped_on(op, small.replace(sram_bytes_per_pe=256, code_stack_bytes_per_pe=0))
     need = int(str(e.value).split(" needs ")[1].split()[0].replace(",", ""))
     assert str(e.value) == (
         f"one rank row of tiles of 12 needs {need:,} B of SRAM per PE (at --rank-chunk 1 and "
         "--batch 1) but a small PE has 256 B: compress with a smaller --nb or use a larger wafer"
     )
-    assert _grouped_on(op, small.replace(sram_bytes_per_pe=need)).rank_chunk == 1  # it fits
+    assert (
+        _grouped_on(op, small.replace(sram_bytes_per_pe=need, code_stack_bytes_per_pe=0)).rank_chunk
+        == 1
+    )  # it fits
     with pytest.raises(SramBudgetError):
-        _grouped_on(op, small.replace(sram_bytes_per_pe=need - 1))
+        _grouped_on(op, small.replace(sram_bytes_per_pe=need - 1, code_stack_bytes_per_pe=0))
 
 
 def _grouped_on(op, spec):

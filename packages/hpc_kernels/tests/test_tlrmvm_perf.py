@@ -224,7 +224,10 @@ SMALL_SRAM = 2000  # bytes per PE at which every layout's chunk is bound by SRAM
 
 @pytest.mark.parametrize("planner", [plan_placement, plan_packed, plan_grouped])
 def test_real_split_plan_is_sized_for_its_bytes(op, planner):
-    spec = dataclasses.replace(preset("small"), sram_bytes_per_pe=SMALL_SRAM)
+    # hand-sized PEs: every byte data's (no code and stack reserve, hunt 81)
+    spec = dataclasses.replace(
+        preset("small"), sram_bytes_per_pe=SMALL_SRAM, code_stack_bytes_per_pe=0
+    )
     is_grouped = planner is plan_grouped
     if is_grouped:  # at the group size whose product is priced fastest
         planner = functools.partial(plan_grouped, price=perf.product_s)
@@ -259,14 +262,16 @@ def test_the_experiment_refuses_bytes_a_pe_cannot_hold():
     """The held plan's PEs credited with their real-split tiles: refused, not flagged."""
     from wse_hpc.studies.ltaief23_tlrmvm import checked
 
-    spec = dataclasses.replace(preset("small"), sram_bytes_per_pe=SMALL_SRAM)
+    spec = dataclasses.replace(
+        preset("small"), sram_bytes_per_pe=SMALL_SRAM, code_stack_bytes_per_pe=0
+    )
     op = compress(smooth_kernel(70, 53), nb=12, threshold=1e-3)
     held = plan_placement(op, spec)
     model = PerfModel(spec)
     assert checked(perf.cerebras_bandwidth(held, model), spec, "held")["bytes"] == "held"
     over = perf.cerebras_bandwidth(dataclasses.replace(held, real_split=True), model)
     assert over["relative_exceeds_sram"] == 1.0
-    with pytest.raises(SramBudgetError, match="more than its 2,000 B of SRAM"):
+    with pytest.raises(SramBudgetError, match="more than the 2,000 B its SRAM holds for data"):
         checked(over, spec, "real-split on the held plan")
 
 

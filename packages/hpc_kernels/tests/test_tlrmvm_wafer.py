@@ -121,7 +121,8 @@ def test_wrong_vector_is_a_clear_error(op):
 def test_ledger_sizes_the_plan(op):
     big = plan_placement(op, preset("small"))
     assert big.rank_chunk == int(op.ranks.max()) and big.max_band == 1
-    cramped = preset("small").replace(sram_bytes_per_pe=2048)
+    # hand-sized PEs: every byte data's (no code and stack reserve, hunt 81)
+    cramped = preset("small").replace(sram_bytes_per_pe=2048, code_stack_bytes_per_pe=0)
     small = plan_placement(op, cramped)
     assert small.rank_chunk < big.rank_chunk and small.grid[0] > big.grid[0]
     assert sum(small.bytes_per_pe().values()) <= 2048
@@ -129,7 +130,9 @@ def test_ledger_sizes_the_plan(op):
 
 def test_plans_that_do_not_fit_are_refused(op):
     with pytest.raises(SramBudgetError, match="needs"):
-        plan_placement(op, preset("small").replace(sram_bytes_per_pe=256))
+        plan_placement(
+            op, preset("small").replace(sram_bytes_per_pe=256, code_stack_bytes_per_pe=0)
+        )
     with pytest.raises(PlacementError, match="PEs"):
         plan_placement(op, preset("tiny"), rank_chunk=1)
 
@@ -147,7 +150,11 @@ def test_jit_does_not_retrace(op):
 
 def test_explicit_rank_chunk_over_sram_is_refused(op):
     with pytest.raises(SramBudgetError, match="SRAM over budget: allocation .tlrmvm"):
-        plan_placement(op, preset("small").replace(sram_bytes_per_pe=1024), rank_chunk=8)
+        plan_placement(
+            op,
+            preset("small").replace(sram_bytes_per_pe=1024, code_stack_bytes_per_pe=0),
+            rank_chunk=8,
+        )
 
 
 def test_packed_layout_needs_fewer_pes_than_banded(op):
@@ -156,7 +163,11 @@ def test_packed_layout_needs_fewer_pes_than_banded(op):
     assert packed.grid[0] < banded.grid[0] and packed.grid[1] == banded.grid[1]
     assert packed.padded_bases_bytes < banded.padded_bases_bytes
     with pytest.raises(SramBudgetError):
-        plan_packed(op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8)
+        plan_packed(
+            op,
+            preset("small").replace(sram_bytes_per_pe=512, code_stack_bytes_per_pe=0),
+            rank_chunk=8,
+        )
     with pytest.raises(TlrError, match="layout"):
         TlrEngine.build(op, preset("small"), layout="diagonal")
 
@@ -206,7 +217,10 @@ def test_grouped_plan_places_every_rank_row_once(op, rank_chunk):
     assert plan.grid == (len(plan.col_group), koenig)
     with pytest.raises(SramBudgetError):
         plan_grouped(
-            op, preset("small").replace(sram_bytes_per_pe=512), rank_chunk=8, price=product_s
+            op,
+            preset("small").replace(sram_bytes_per_pe=512, code_stack_bytes_per_pe=0),
+            rank_chunk=8,
+            price=product_s,
         )
     with pytest.raises(PlacementError, match="PEs"):
         plan_grouped(op, preset("tiny"), rank_chunk=1, price=product_s)

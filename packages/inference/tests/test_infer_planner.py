@@ -31,8 +31,12 @@ def test_plan_partitions_layers_rows_and_bytes(stages, wafers):
 
 def test_plan_refuses_with_numbers():
     config = preset_config("llama3-70b")
-    with pytest.raises(PipelinePlanError, match=r"needs 1\d\d GB .* 44 GB .*at least 4 wafers"):
-        plan_pipeline(config, preset("wse3"), num_wafers=1, context_len=8192)
+    wse3 = preset("wse3")  # its SRAM for data: 762 x 1176 PEs x (49,152 - 4,096) B = 40.4 GB
+    data_gb = f"{wse3.num_pes * (wse3.sram_bytes_per_pe - wse3.code_stack_bytes_per_pe) / 1e9:.3g}"
+    with pytest.raises(
+        PipelinePlanError, match=rf"needs 1\d\d GB .* {data_gb} GB of SRAM for data .*at least 4"
+    ):
+        plan_pipeline(config, wse3, num_wafers=1, context_len=8192)
     assert 4 <= min_wafers(config, preset("wse3"), context_len=8192) <= 5
     with pytest.raises(PipelinePlanError, match="stages must be"):
         plan_pipeline(preset_config("tiny-llama"), preset("tiny"), regions=Regions(stages=3))

@@ -87,8 +87,10 @@ def test_at_8_users_the_mesh_program_serves_more_than_one_token_blocks():
 
 
 def _caps_by_hand(config, plan) -> dict[str, int]:
-    """Each region's largest MeshGEMM block, from the plan's regions and held bytes."""
-    sram, b = plan.spec.sram_bytes_per_pe, plan.bytes_per_param
+    """Each region's largest MeshGEMM block, from the plan's regions and held bytes (in
+    what a PE leaves data beside its code and stack: hunt 81)."""
+    sram = plan.spec.sram_bytes_per_pe - plan.spec.code_stack_bytes_per_pe
+    b = plan.bytes_per_param
     layer = tuple(layer_products(config).values())
     regions = [(PER_TOKEN, plan.head, ((config.d_model, config.vocab_size),))]
     regions += [(s.name, s, layer) for s in plan.stages]

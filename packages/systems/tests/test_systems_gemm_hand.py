@@ -210,7 +210,8 @@ def test_meshgemv_blocks_are_those_whose_buffers_fit():
     plan = _plans()["meshgemv"]
     hd, d, ff = TOY.d_model // TOY.n_heads, TOY.d_model, TOY.d_ff
     layer = [(d, (TOY.n_heads + 2 * TOY.n_kv_heads) * hd), (d, d), (d, 2 * ff), (ff, d)]
-    b, sram = plan.bytes_per_param, plan.spec.sram_bytes_per_pe
+    # a PE's SRAM less its program's code and stack (hunt 81)
+    b, sram = plan.bytes_per_param, plan.spec.sram_bytes_per_pe - plan.spec.code_stack_bytes_per_pe
 
     def fits(stage, products, k: int) -> bool:
         p = min(stage.region.rows, stage.region.cols)

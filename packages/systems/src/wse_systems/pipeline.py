@@ -175,7 +175,7 @@ class PipelinePlan:
             "context_len": self.context_len,
             "slots": self.slots,
             "total_gb": self.total_bytes / GB,
-            "capacity_gb": self.num_wafers * self.spec.sram_total_bytes / GB,
+            "capacity_gb": self.num_wafers * self.spec.data_total_bytes / GB,
             "regions": [
                 {
                     "name": s.name,

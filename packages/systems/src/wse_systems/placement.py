@@ -117,7 +117,7 @@ def _sizing(spec: WaferSpec, entries: list, c0: int, head_rows: int | None) -> l
     if head_rows is None or entries[0][0] != "head":
         return sizes
     head_pes, pes, rest = head_rows * c0, spec.pe_rows * spec.pe_cols, sum(sizes[1:])
-    sram = spec.sram_bytes_per_pe
+    sram = spec.data_bytes_per_pe
     if sizes[0] > head_pes * sram or rest > (pes - head_pes) * sram:
         raise PipelinePlanError(
             f"head_rows {head_rows}: the head's {head_rows} x {c0} PEs hold "
@@ -148,7 +148,7 @@ def place_on_wafer(
     declare its bytes in its region's ledger (the regions are disjoint: a PE's use is its
     one region's); the head (the first entry of wafer 0) on `head_rows` rows when given.
     `need`: the model's bytes and wafers, for the error."""
-    wafer_grid = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+    wafer_grid = SramLedger.for_spec(spec)
     strips = _strips(layout, len(entries), spec)
     cols = split_even(spec.pe_cols, strips)
     weights = _sizing(spec, entries, cols[0][1] - cols[0][0], head_rows)
@@ -171,7 +171,7 @@ def place_on_wafer(
             # hunt 63: one ledger for the wafer scanned every allocation before it at each
             # allocation (a 4,096-layer draft planned for minutes); the bands are disjoint,
             # so a ledger of the region's own PEs gives the same answer
-            ledger = SramLedger(region.rows, region.cols, spec.sram_bytes_per_pe)
+            ledger = SramLedger.for_spec(spec, region.rows, region.cols)
             try:
                 for part, b in (("weights", w_b), ("kv_cache", kv_b), ("activations", act_b)):
                     ledger.allocate(f"{name}.{part}", math.ceil(b / region.num_pes))
@@ -185,16 +185,18 @@ def place_on_wafer(
 def _too_big(
     spec: WaferSpec, wafer: int, entries: list, plan: StagePlan, need: int, num_wafers: int
 ) -> PipelinePlanError:
-    have = spec.sram_total_bytes
+    have = spec.data_total_bytes
     here = sum(sum(b) for _, _, b in entries)
     return PipelinePlanError(
         f"the model does not fit: it needs {need / GB:.3g} GB (weights + KV cache + "
         f"activations) and {num_wafers} {spec.name} wafer(s) have {num_wafers * have / GB:.3g} "
-        f"GB of SRAM (at least {math.ceil(need / have)} wafers by capacity); wafer {wafer} "
-        f"must hold {here / GB:.3g} GB in {len(entries)} regions and region {plan.name} needs "
-        f"{plan.bytes_per_pe} B per PE on {plan.region.rows} x {plan.region.cols} PEs with "
-        f"{spec.sram_bytes_per_pe} B per PE available (weights {plan.weight_bytes / GB:.3g} GB, "
-        f"KV {plan.kv_bytes / GB:.3g} GB); use more wafers, a shorter context or fewer slots"
+        f"GB of SRAM for data (at least {math.ceil(need / have)} wafers by capacity); wafer "
+        f"{wafer} must hold {here / GB:.3g} GB in {len(entries)} regions and region "
+        f"{plan.name} needs {plan.bytes_per_pe} B per PE on {plan.region.rows} x "
+        f"{plan.region.cols} PEs with {spec.data_bytes_per_pe} B per PE available beside the "
+        f"program's {spec.code_stack_bytes_per_pe} B of code and stack (weights "
+        f"{plan.weight_bytes / GB:.3g} GB, KV {plan.kv_bytes / GB:.3g} GB); use more wafers, a "
+        "shorter context or fewer slots"
     )
 
 

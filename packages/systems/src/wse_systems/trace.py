@@ -36,7 +36,7 @@ def pipeline_report(shape: Any, plan: PipelinePlan, *, kv_tokens: int | None = N
 
 def _ledger(plan: PipelinePlan, regions: Sequence[StagePlan]) -> SramLedger:
     spec = plan.spec
-    ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+    ledger = SramLedger.for_spec(spec)
     for s in regions:
         for part, b in (
             ("weights", s.weight_bytes),

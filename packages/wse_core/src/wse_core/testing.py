@@ -123,7 +123,7 @@ def tiny_trace(seed: int = 3, rate: float = 0.05):
 
     spec = preset("tiny")
     dm = defect_map(spec, seed=seed, rate=rate)
-    ledger = SramLedger(8, 8, spec.sram_bytes_per_pe)
+    ledger = SramLedger.for_spec(spec, 8, 8)
     ledger.allocate("u", 128)
 
     class Wafer:  # the parts of a wse_core.Wafer a trace reads

@@ -122,10 +122,12 @@ def cfd(
     if nx > spec.pe_rows or ny > spec.pe_cols:
         fail(f"--grid {nx} {ny} {nz}: a {nx} x {ny} PE grid does not fit the {spec.name} "
              f"wafer's {spec.pe_rows} x {spec.pe_cols} PEs")  # fmt: skip
-    if nz * 4 > spec.sram_bytes_per_pe:  # hunt 61: NZ 10^8 built 95 GiB of host arrays first
+    if nz * 4 > spec.data_bytes_per_pe:  # hunt 61: NZ 10^8 built 95 GiB of host arrays first
         fail(f"--grid {nx} {ny} {nz}: one field's Z column of {nz:,} fp32 cells needs "
-             f"{nz * 4:,} B per PE but a {spec.name} PE holds {spec.sram_bytes_per_pe:,} B; "
-             f"give NZ well under {spec.sram_bytes_per_pe // 4:,}")  # fmt: skip
+             f"{nz * 4:,} B per PE but a {spec.name} PE holds {spec.data_bytes_per_pe:,} B of "
+             f"data ({spec.code_stack_bytes_per_pe:,} B of its {spec.sram_bytes_per_pe:,} are "
+             "code and stack, assumed); give NZ well under "
+             f"{spec.data_bytes_per_pe // 4:,}")  # fmt: skip
     if restart:  # hunt 60: a bad step file was refused after JAX's import and the build (1.5 s)
         from wse_hpc.cfd_steps import latest_output, read_step, step_of
 

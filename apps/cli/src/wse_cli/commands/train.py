@@ -93,7 +93,7 @@ def _print_plan(console, model, plan, config, spec) -> None:
         else "does not fit: weights must stream from MemoryX"
     )
     console.print(
-        f"resident training state {_human(plan.resident_bytes)} vs wafer SRAM "
+        f"resident training state {_human(plan.resident_bytes)} vs wafer SRAM for data "
         f"{_human(plan.sram_total_bytes)} -> {verdict}"
     )
     console.print(

@@ -38,6 +38,14 @@ def info_dict(spec) -> dict:
         "pes": spec.num_pes,
         "sram_bytes_per_pe": spec.sram_bytes_per_pe,
         "sram_total_bytes": spec.sram_total_bytes,
+        # what a PE offers data: its SRAM less the program's code and stack (assumed)
+        "code_stack_bytes_per_pe": spec.code_stack_bytes_per_pe,
+        "data_bytes_per_pe": spec.data_bytes_per_pe,
+        # the largest rectangle a user program gets (the whole grid where none is given)
+        "program_grid": [
+            min(spec.program_rows or spec.pe_rows, spec.pe_rows),
+            min(spec.program_cols or spec.pe_cols, spec.pe_cols),
+        ],
         "clock_hz": spec.clock_hz,
         "sram_bytes_per_s": spec.sram_bytes_per_s,
         "fabric_bytes_per_s": spec.fabric_bytes_per_s,
@@ -89,8 +97,16 @@ def info(
     # a Text, not markup: '[' in a name is text (hunt 64: `[/x]` was a MarkupError traceback)
     t = Table(title=Text(f"wafer {s.name}"), show_header=False)
     t.add_row("PE grid", f"{s.pe_rows} x {s.pe_cols} = {s.num_pes:,} PEs")
+    rows, cols = d["program_grid"]
+    whole = " (the whole grid)" if (rows, cols) == (s.pe_rows, s.pe_cols) else ""
+    t.add_row("program rectangle", f"{rows} x {cols} = {rows * cols:,} PEs{whole}")
     totals, fabric = d["totals"], s.fabric_bytes_per_s
     _total_rows(t, "SRAM", totals["sram_bytes"], f"{_si(s.sram_total_bytes, 'B')} total")
+    t.add_row(
+        "  for data",
+        f"{s.data_bytes_per_pe:,} B a PE ({s.code_stack_bytes_per_pe:,} B of "
+        f"{s.sram_bytes_per_pe:,} are the program's code and stack, assumed)",
+    )
     t.add_row("clock", _si(s.clock_hz, "Hz"))
     _total_rows(t, "SRAM bandwidth", totals["sram_bytes_per_s"], _si(s.sram_bytes_per_s, "B/s"))
     shown = f"{_si(fabric, 'B/s')} = {_si(8 * fabric, 'b/s')}"  # Cerebras quotes bit/s

@@ -241,6 +241,7 @@ class FieldGrid:
             raise SramBudgetError(
                 f"field {name!r}: its Z column of {self.nz} needs {need} B per PE but "
                 f"{self.wafer.sram.free_bytes()} B are free on the {self.wafer.spec.name} PEs"
+                f"{self.wafer.sram.reserve_note()}"
             )
         self.wafer.sram.allocate(key, need)
 
@@ -291,10 +292,12 @@ def field_grid(
     axes = tuple(periodic) if isinstance(periodic, (tuple, list)) else ()
     if len(axes) != 3 or not all(isinstance(p, (bool, np.bool_)) for p in axes):
         raise FieldError(f"periodic must be three booleans (X, Y, Z), got {periodic!r:.80}")
-    if (need := nz * WORD_BYTES) > (have := spec.sram_bytes_per_pe):
+    if (need := nz * WORD_BYTES) > (have := spec.data_bytes_per_pe):
         raise SramBudgetError(f"a Z column of {nz:,} cells needs {need:,} B per PE (one fp32 "
-                              f"field); the {spec.name} PEs have {have:,} B: at most "
-                              f"{have // WORD_BYTES:,} cells")  # fmt: skip
+                              f"field); the {spec.name} PEs have {have:,} B for data "
+                              f"({spec.code_stack_bytes_per_pe:,} B of their "
+                              f"{spec.sram_bytes_per_pe:,} are code and stack, assumed): at "
+                              f"most {have // WORD_BYTES:,} cells")  # fmt: skip
     try:
         wafer = build_wafer(spec, grid=(nx, ny), mesh_shape=mesh_shape, defect_seed=defect_seed)
     except PlacementError as e:

@@ -144,12 +144,13 @@ def sram_plan(wafer: Wafer, pot: EamPotential, plan: EamPlan) -> dict[str, int]:
         # neighbour lists after them leave (hunt 68: the most that "fit" then did not)
         room = wafer.sram.free_bytes() - sizes.get("md.neighbours", 0)
         if name == "md.tables" and nbytes > room:
-            raise SramBudgetError(_tables_too_big(pot, nbytes, room, "md.neighbours" in sizes))
+            lists, note = "md.neighbours" in sizes, wafer.sram.reserve_note()
+            raise SramBudgetError(_tables_too_big(pot, nbytes, room, lists, note))
         wafer.sram.allocate(name, nbytes)
     return sizes
 
 
-def _tables_too_big(pot: EamPotential, nbytes: int, free: int, lists: bool) -> str:
+def _tables_too_big(pot: EamPotential, nbytes: int, free: int, lists: bool, note: str) -> str:
     """Hunt 68: the advice was `wse hpc md potential --knots N`, which writes Zhou's 2004
     potential, not the user's file resampled; and unused elements' tables counted. Hunt 78:
     a library caller (`run_md`) has no --potential-knots: `resample.resample` is its route."""
@@ -158,6 +159,7 @@ def _tables_too_big(pot: EamPotential, nbytes: int, free: int, lists: bool) -> s
         f"the tables of {pot.source or 'the potential'} need {nbytes} B per PE ({pot.nrho} x "
         f"{pot.nr} knots, {ne} element{'s' * (ne > 1)}: {', '.join(pot.elements)}) but {free} "
         f"B are free after the atom state, window buffers{' and neighbour lists' * lists}"
+        f"{note}"
     )
     if not fit:
         return f"{head}; not even {MIN_KNOTS}-knot tables would fit"

@@ -201,8 +201,8 @@ def place_grid(
         best = max_nz(wafer, fields, extra_per_field=extra_per_field, buffers_for=buffers_for)
         raise SramBudgetError(
             f"a Z column of {nz} does not fit: {len(fields)} fields need {total} B per PE but "
-            f"{wafer.sram.free_bytes()} B are free on the {wafer.spec.name} PEs; the largest "
-            f"nz that fits is {best}"
+            f"{wafer.sram.free_bytes()} B are free on the {wafer.spec.name} PEs"
+            f"{wafer.sram.reserve_note()}; the largest nz that fits is {best}"
         )
     for name, dtype in fields.items():
         wafer.sram.allocate(f"{tag}.{name}", (nz + extra_per_field) * dtype_bytes(dtype))

@@ -210,11 +210,12 @@ def _placed(spec, plan):
 def checked(c: dict, spec, what: str) -> dict:
     """`c` (`perf.cerebras_bandwidth`) if no PE is credited more relative bytes than its
     SRAM holds; else refused (SramBudgetError): a row never claims bytes a PE cannot hold."""
-    most, sram = c["relative_bytes_per_pe_max"], spec.sram_bytes_per_pe
+    most, sram = c["relative_bytes_per_pe_max"], spec.data_bytes_per_pe
     if most > sram:
         raise SramBudgetError(
             f"{what}: the SDK's count credits a PE with {most:,.0f} B ({c['bytes']} bytes), "
-            f"more than its {sram:,} B of SRAM; plan it for those bytes (real_split)"
+            f"more than the {sram:,} B its SRAM holds for data (code and stack aside); plan "
+            "it for those bytes (real_split)"
         )
     return c
 

@@ -116,7 +116,7 @@ def cerebras_bandwidth(
         "relative_bytes_per_pe_max": most,
         # a plan past its SRAM in this count (a small test wafer) is flagged, not refused:
         # the emulated run placed its own tiles in the ledger
-        "relative_exceeds_sram": float(most > model.spec.sram_bytes_per_pe),
+        "relative_exceeds_sram": float(most > model.spec.data_bytes_per_pe),
     }
     for kind in ("relative", "absolute"):
         per_pe = share * total(f"{kind}_bytes") / tile_pes

@@ -141,7 +141,7 @@ def refuse_grid(
     if (rows, cols) != (pe_rows, pe_cols):
         has = f"a {spec.name} program gets {rows} x {cols} of its {pe_rows} x {pe_cols} PEs"
     head = f"TLR-MVM ({layout}) needs {grid[0]} x {grid[1]} PEs (rank chunk {rank_chunk}) but {has}"
-    free = spec.sram_bytes_per_pe  # a fresh ledger's, as every planner sizes a PE
+    free = spec.data_bytes_per_pe  # a fresh ledger's, as every planner sizes a PE
     least = least_fitting(fits, batch, free)
     if asked is not None and least is not None:  # hunt 76: it said "use a larger nb or wafer"
         more = "larger" if least > asked else "smaller"
@@ -172,7 +172,7 @@ def refuse_sram(
     planner's arrangements, so that the value named fits the program rectangle too (none
     given: SRAM alone)."""
     free, w = ledger.free_bytes(), rank_chunk or 1
-    head = f"but a {wafer} PE has {free:,} B"
+    head = f"but a {wafer} PE has {free:,} B{ledger.reserve_note()}"
     if fits and rank_chunk is None and (fix := _smaller_batch(fits, None, batch, free)):
         raise SramBudgetError(  # the planner's chunk: --batch is the one option (hunt 77)
             f"--batch {batch} needs {bytes_for(w, batch):,} B of SRAM per PE for its vectors "

@@ -219,7 +219,7 @@ def plan_grouped(
         raise TlrError(f"batch must be a positive number of vectors, got {batch}")
     if rank_chunk is not None and rank_chunk <= 0:
         raise TlrError(f"rank_chunk must be a positive integer, got {rank_chunk}")
-    ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+    ledger = SramLedger.for_spec(spec)
     fits, too_big, sizes = [], None, sorted({min(s, max(mt, nt)) for s in GROUP_SIZES})
     arrangements = []  # per size: the least rank chunk whose grid fits the PEs (hunt 76, 77)
     for s in sizes:

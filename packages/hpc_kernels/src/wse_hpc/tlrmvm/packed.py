@@ -130,7 +130,7 @@ def plan_packed(
     bsz = bases_itemsize(str(op.dtype), isz, real_split)
     if batch <= 0:
         raise TlrError(f"batch must be a positive number of vectors, got {batch}")
-    ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+    ledger = SramLedger.for_spec(spec)
 
     def total(w: int, b: int = batch) -> int:
         return sum(_bytes(op.nb, op.tiles, w, b, isz, bsz).values())

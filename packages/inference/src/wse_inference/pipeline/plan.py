@@ -41,7 +41,8 @@ def row_bytes(plan: PipelinePlan) -> list[list[tuple[str, int]]]:
 
 
 def emulation_spec(plan: PipelinePlan) -> WaferSpec:
-    """The S x 1 emulation wafer: one PE per stage, as much SRAM as the fullest region row."""
+    """The S x 1 emulation wafer: one PE per stage, as much SRAM as the fullest region row
+    beside the program's code and stack (the plan's wafer's)."""
     from wse_core.hw.spec import spec_from
 
     return spec_from(
@@ -52,7 +53,8 @@ def emulation_spec(plan: PipelinePlan) -> WaferSpec:
         spare_rows=0,
         spare_cols=0,
         defect_rate=0.0,
-        sram_bytes_per_pe=max(sum(b for _, b in row) for row in row_bytes(plan)),
+        sram_bytes_per_pe=max(sum(b for _, b in row) for row in row_bytes(plan))
+        + plan.spec.code_stack_bytes_per_pe,
     )
 
 

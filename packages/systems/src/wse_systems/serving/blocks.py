@@ -319,7 +319,7 @@ def _gemm_tokens(config: Any, plan: PipelinePlan) -> dict[str, int]:
     layer = tuple(layer_products(config).values())
     regions = [(PER_TOKEN, plan.head, ((config.d_model, config.vocab_size),))]
     regions += [(s.name, s, layer) for s in plan.stages]
-    sram, b = plan.spec.sram_bytes_per_pe, plan.bytes_per_param
+    sram, b = plan.spec.data_bytes_per_pe, plan.bytes_per_param
     return {
         name: meshgemm_max_tokens(
             s.region, p, held_bytes_per_pe=s.bytes_per_pe, sram_bytes_per_pe=sram, bytes_per_value=b
@@ -370,6 +370,6 @@ def max_block_tokens(plan: PipelinePlan) -> int:
     extra = []
     for s in (plan.head, *plan.stages):
         per_token = s.act_bytes / plan.slots / s.region.num_pes
-        free = plan.spec.sram_bytes_per_pe - s.bytes_per_pe
+        free = plan.spec.data_bytes_per_pe - s.bytes_per_pe
         extra.append(math.inf if per_token == 0 else max(0, free) // per_token)
     return int(min(1 + min(extra), MAX_BLOCK_TOKENS))

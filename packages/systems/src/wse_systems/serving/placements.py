@@ -134,7 +134,7 @@ def fits(plan: PipelinePlan) -> bool:
     """Whether every region's SRAM holds its weights, KV cache and activations, each
     rounded up to whole bytes a PE, as `wse_systems.placement.place_on_wafer` declares them
     in the region's ledger."""
-    sram = plan.spec.sram_bytes_per_pe
+    sram = plan.spec.data_bytes_per_pe
     return all(
         sum(math.ceil(b / s.region.num_pes) for b in (s.weight_bytes, s.kv_bytes, s.act_bytes))
         <= sram

@@ -112,7 +112,7 @@ class SramBudget:
 
     def describe(self) -> str:
         return (
-            f"a PE has {self.sram_bytes_per_pe:,} B of SRAM; in region {self.region} the "
+            f"a PE has {self.sram_bytes_per_pe:,} B of SRAM for data; in region {self.region} the "
             f"weights take {self.weight_bytes_per_pe:,.0f} B and each user "
             f"{self.kv_bytes_per_user_per_pe:,.1f} B of KV cache + "
             f"{self.act_bytes_per_user_per_pe:,.1f} B of activations per PE: at most "
@@ -246,7 +246,7 @@ class WaferServing:
         r = max((plan.head, *plan.stages), key=lambda s: s.bytes_per_pe)
         pes, u = r.region.num_pes, plan.slots
         return SramBudget(
-            sram_bytes_per_pe=self.spec.sram_bytes_per_pe, region=r.name,
+            sram_bytes_per_pe=self.spec.data_bytes_per_pe, region=r.name,
             weight_bytes_per_pe=r.weight_bytes / pes, kv_bytes_per_user_per_pe=r.kv_bytes / u / pes,
             act_bytes_per_user_per_pe=r.act_bytes / u / pes, max_users=self.max_users,
         )  # fmt: skip

@@ -211,10 +211,10 @@ def place_step(
     if placement == "resident":
         if not plan.resident:
             raise WseError(
-                f"the training state ({plan.resident_bytes:,} B) does not fit in wafer SRAM "
-                f"({plan.sram_total_bytes:,} B): it cannot stay resident; stream it"
+                f"the training state ({plan.resident_bytes:,} B) does not fit in wafer SRAM for "
+                f"data ({plan.sram_total_bytes:,} B): it cannot stay resident; stream it"
             )
-        free, stride = spec.sram_bytes_per_pe - per_pe(plan.resident_bytes), 1
+        free, stride = spec.data_bytes_per_pe - per_pe(plan.resident_bytes), 1
     elif placement == "streamed":
         check_memoryx(plan)
         if plan.streaming is None:

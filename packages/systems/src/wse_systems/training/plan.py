@@ -116,7 +116,7 @@ class _Replica:
     def __init__(self, model: Any, spec: WaferSpec, micro_batch: int, seq_len: int):
         self.model, self.spec, self.L = model, spec, int(model.n_layers)
         self.size = dtype_bytes(model.dtype)
-        self.ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+        self.ledger = SramLedger.for_spec(spec)
         self.act = self.per_pe(micro_batch * seq_len * model.d_model * self.size)
         self.working = self.per_pe(working_bytes(model, micro_batch, seq_len))
 
@@ -239,7 +239,7 @@ def _place(model, spec, micro_batch, seq_len, stride, ck) -> ActivationPlan:
 class MemoryPlan:
     rows: list[dict[str, Any]]  # {"item", "where", "bytes", "bytes_per_pe"}
     resident_bytes: int
-    sram_total_bytes: int
+    sram_total_bytes: int  # the wafer's SRAM for data (`WaferSpec.data_total_bytes`)
     resident: bool  # whole training state fits in wafer SRAM
     streaming: ActivationPlan | None
     streaming_error: str | None
@@ -323,7 +323,7 @@ def memory_plan(
     ]
     resident = sum(v for _, v in items)
     return MemoryPlan(
-        rows, resident, spec.sram_total_bytes, resident <= spec.sram_total_bytes, streaming,
+        rows, resident, spec.data_total_bytes, resident <= spec.data_total_bytes, streaming,
         error, memx, spec.memoryx_capacity_bytes,
     )  # fmt: skip
 

@@ -261,6 +261,18 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             source="largest published configurations: CS-2 up to 2.4 PB (Cerebras glossary), "
             "CS-3 up to 1.2 PB (CS-3 launch); the 1T-parameter demo used 55 TB",
         ),
+        "code_stack_bytes_per_pe": _C(
+            units="B/PE",
+            mechanism="SRAM a PE's program holds (its code, stack and the runtime's memcpy "
+            "buffers), taken off the data budget every SRAM ledger and planner sizes against",
+            basis="assumed",
+            limits=(0.0, float(1 << 30)),
+            source="SDK, 'A Conceptual View': each PE has its own executable code in its "
+            "memory; no size published (none found in csl-examples or the SDK docs). 2 KiB, "
+            "swept from none to 4 KiB: past about 4.6 KiB Llama 3.1 70B no longer fits the 4 "
+            "CS-3 Cerebras serves it on (Hot Chips 2024) in this model's placement",
+            sweep=(0.0, 2048.0, 4096.0),
+        ),
         "system_latency_s": _C(
             units="s/pass",
             mechanism="latency of one activation pass between two systems",

@@ -22,6 +22,7 @@ from wse_core.hw.simd import OP_KINDS, SIMD_WSE2
 
 __all__ = [
     "WaferSpec",
+    "CODE_STACK_BYTES_PER_PE",
     "MAX_PE_SIDE",
     "MAX_SRAM_BYTES_PER_PE",
     "MAX_NAME_CHARS",
@@ -35,6 +36,11 @@ MAX_PE_SIDE = 100_000  # PE rows / columns (spares, program rectangle): ~100x WS
 MAX_SRAM_BYTES_PER_PE = 1 << 30  # 1 GiB: ~20,000x WSE-3's 48 KiB
 MAX_NAME_CHARS = 1_000  # name, system, system_source
 _TEXT_FIELDS = ("name", "system", "system_source")
+# ASSUMED: bytes of each PE's SRAM its program holds, not data: the code, its stack and the
+# runtime's (memcpy) buffers. The SDK ("A Conceptual View"): each PE "has its own executable
+# code in its memory"; no size is published. 2 KiB, swept 0 .. 4 KiB (the sweep's source:
+# `wse_core.cost.mechanisms`, code_stack_bytes_per_pe).
+CODE_STACK_BYTES_PER_PE = 2048
 # The integer fields' ranges, [low, high]: what __post_init__ holds them to and every
 # refusal of one names (hunt 69: `--set pe_rows=1.5` said "must be a number").
 _INT_RANGES = {
@@ -45,6 +51,7 @@ _INT_RANGES = {
     "spare_cols": (0, MAX_PE_SIDE),
     "program_rows": (0, MAX_PE_SIDE),
     "program_cols": (0, MAX_PE_SIDE),
+    "code_stack_bytes_per_pe": (0, MAX_SRAM_BYTES_PER_PE),
 }
 # Bounds past which a figure describes no machine (hunt 57): checked after the overflow
 # check, so 1e308 Hz still says the totals overflow.
@@ -102,6 +109,9 @@ class WaferSpec:
     # logical grid): what a kernel that fills the system with copies of its grid may use.
     program_rows: int = 0
     program_cols: int = 0
+    # ASSUMED: SRAM a PE's program holds (code, stack, the runtime's buffers), off the data
+    # budget every ledger and planner sizes against (`data_bytes_per_pe`)
+    code_stack_bytes_per_pe: int = CODE_STACK_BYTES_PER_PE
 
     def __post_init__(self) -> None:
         for field in _TEXT_FIELDS:  # a spec file's `name: 5` is a number, not a name
@@ -134,6 +144,12 @@ class WaferSpec:
             value = getattr(self, field)
             if not isinstance(value, int) or not _in_range(field, value):
                 raise SpecError(f"{field} must be {expected_value(field)}, got {_typed(value)}")
+        if self.code_stack_bytes_per_pe >= self.sram_bytes_per_pe:
+            raise SpecError(
+                f"code_stack_bytes_per_pe ({self.code_stack_bytes_per_pe:,} B) leaves no byte of "
+                f"the {self.sram_bytes_per_pe:,} B a PE holds for data; it must be less than "
+                "sram_bytes_per_pe"
+            )
         for field in (
             "clock_hz",
             "sram_read_bytes_per_cycle",
@@ -253,6 +269,22 @@ class WaferSpec:
     @property
     def sram_total_bytes(self) -> int:
         return self.num_pes * self.sram_bytes_per_pe
+
+    @property
+    def data_total_bytes(self) -> int:
+        """The wafer's SRAM left for data (`data_bytes_per_pe` on every PE)."""
+        return self.num_pes * self.data_bytes_per_pe
+
+    @property
+    def data_bytes_per_pe(self) -> int:
+        """The bytes of a PE's SRAM left for data: `sram_bytes_per_pe` less the program's
+        code and stack (`code_stack_bytes_per_pe`, assumed), what ledgers and planners size
+        against; noted as read (`wse_core.cost.reads`), so that a prediction sized by it
+        lists the assumption."""
+        from wse_core.cost.reads import read  # the cost model sits above the spec
+
+        read("code_stack_bytes_per_pe", float(self.code_stack_bytes_per_pe))
+        return self.sram_bytes_per_pe - self.code_stack_bytes_per_pe
 
     def flops_per_cycle_for(self, dtype: str) -> float:
         """Flops per cycle per PE for `dtype`; bf16 falls back to fp16, then to fp32."""
@@ -377,6 +409,8 @@ def expected_value(field: str) -> str:
 def _coerce(name: str, annotation: object, value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan / .inf
         raise SpecError(f"{name} must be a finite number, got {value!r}")
+    if annotation == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)  # a whole float, as "1e2" is: an assumption's or a sweep's bytes
     if not isinstance(value, str) or annotation == "str":
         return value
     try:

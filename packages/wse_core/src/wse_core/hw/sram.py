@@ -5,10 +5,14 @@ kernel places the same field many times (hunt 74: the docs said every placement 
 
 A ledger belongs to a wafer. Allocations are named and live in a region (a rectangle of PEs;
 the default region is the whole grid). A PE's use is the sum of the allocations of every
-region that covers it. Going over `sram_bytes_per_pe` raises `SramBudgetError` naming the
-allocation, the region and one PE in it, the bytes needed and the bytes free — never a silent
-spill. Planners ask what fits: `free_bytes(region)`, `fits(...)` and `largest(...)` (the
-largest n whose per-PE bytes fit, e.g. a batch, a Z-column length, layers per region).
+region that covers it. Every PE also holds its program (code, stack, the runtime's buffers):
+`reserved_bytes_per_pe` of its `bytes_per_pe` are never offered to data (`for_spec` takes
+the spec's `code_stack_bytes_per_pe`, an assumption; hunt 81: the whole 48 kB was data's).
+Going over the rest raises `SramBudgetError` naming the allocation, the region and one PE in
+it, the bytes needed and the bytes free — never a silent spill. Planners ask what fits:
+`free_bytes(region)`, `fits(...)` and `largest(...)` (the largest n whose per-PE bytes fit,
+e.g. a batch, a Z-column length, layers per region); `reserve_note()` is the clause their
+messages add so that "B free" says what the program holds.
 
 Every count is checked where it enters (PlacementError naming it): the grid and the budget are
 integers >= 1, a region's corner and size integers inside the grid (a `Region` given to
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from wse_core.errors import (
     PlacementError,
@@ -30,6 +35,9 @@ from wse_core.errors import (
     require_int,
     shown_setting,
 )
+
+if TYPE_CHECKING:
+    from wse_core.hw.description import WaferSpec
 
 __all__ = ["Region", "Allocation", "SramLedger"]
 
@@ -68,14 +76,51 @@ class Allocation:
 
 
 class SramLedger:
-    """Per-PE SRAM accounting for a `rows` x `cols` grid with `bytes_per_pe` each."""
+    """Per-PE SRAM accounting for a `rows` x `cols` grid with `bytes_per_pe` each, of which
+    `reserved_bytes_per_pe` hold the program (never data's)."""
 
-    def __init__(self, rows: int, cols: int, bytes_per_pe: int):
+    def __init__(self, rows: int, cols: int, bytes_per_pe: int, reserved_bytes_per_pe: int = 0):
         for what, value in (("rows", rows), ("cols", cols), ("bytes_per_pe", bytes_per_pe)):
             require_int(f"an SRAM ledger's {what}", value, 1, error=PlacementError)
+        require_int(
+            "an SRAM ledger's reserved_bytes_per_pe",
+            reserved_bytes_per_pe,
+            0,
+            bytes_per_pe - 1,
+            error=PlacementError,
+        )
         self.rows, self.cols, self.bytes_per_pe = rows, cols, bytes_per_pe
+        self.reserved_bytes_per_pe = reserved_bytes_per_pe
         self.grid = Region("grid", 0, 0, rows, cols)
         self._allocs: list[Allocation] = []
+
+    @classmethod
+    def for_spec(
+        cls, spec: WaferSpec, rows: int | None = None, cols: int | None = None
+    ) -> SramLedger:
+        """The ledger of `spec`'s PEs (its whole grid, or `rows` x `cols` of them): its SRAM,
+        less its program's code and stack (`code_stack_bytes_per_pe`)."""
+        return cls(
+            spec.pe_rows if rows is None else rows,
+            spec.pe_cols if cols is None else cols,
+            spec.sram_bytes_per_pe,
+            spec.sram_bytes_per_pe - spec.data_bytes_per_pe,  # the reserve, noted as read
+        )
+
+    @property
+    def data_bytes_per_pe(self) -> int:
+        """What a PE offers data: its bytes less the program's."""
+        return self.bytes_per_pe - self.reserved_bytes_per_pe
+
+    def reserve_note(self) -> str:
+        """The clause a "B free" message adds: the program's share of each PE, assumed
+        ("" without one)."""
+        if not self.reserved_bytes_per_pe:
+            return ""
+        return (
+            f" (of the {self.bytes_per_pe} B a PE holds, {self.reserved_bytes_per_pe} B are its "
+            "program's code and stack, assumed: code_stack_bytes_per_pe)"
+        )
 
     # Regions ---------------------------------------------------------------------------
     def region(self, name: str, row0: int, col0: int, rows: int, cols: int) -> Region:
@@ -115,7 +160,8 @@ class SramLedger:
         return used, -row, -col
 
     def free_bytes(self, region: Region | None = None) -> int:
-        return self.bytes_per_pe - self.used_bytes(region)
+        """Bytes still free for data on the fullest PE of `region` (the program's aside)."""
+        return self.data_bytes_per_pe - self.used_bytes(region)
 
     def fits(self, bytes_per_pe: int, region: Region | None = None) -> bool:
         return bytes_per_pe <= self.free_bytes(region)
@@ -162,13 +208,13 @@ class SramLedger:
         if any(a.name == name for a in self._allocs):
             raise PlacementError(f"allocation {name!r} exists already; free it first")
         used, row, col = self.fullest_pe(region)
-        free = self.bytes_per_pe - used
+        free = self.data_bytes_per_pe - used
         if bytes_per_pe > free:
             asked = shown_setting(bytes_per_pe)  # 10**400 B is not echoed digit by digit
             raise SramBudgetError(  # the PE named is the fullest one (hunt 76: was the corner)
                 f"SRAM over budget: allocation {name!r} needs {asked} B per PE in region "
                 f"{region} but PE ({row}, {col}) has {free} B free "
-                f"({used} of {self.bytes_per_pe} B in use)"
+                f"({used} of {self.data_bytes_per_pe} B in use){self.reserve_note()}"
             )
         alloc = Allocation(name, bytes_per_pe, region)
         self._allocs.append(alloc)
@@ -193,6 +239,7 @@ class SramLedger:
         """Bytes per PE by allocation, the peak in use, and the budget."""
         return {
             "bytes_per_pe": self.bytes_per_pe,
+            "reserved_bytes_per_pe": self.reserved_bytes_per_pe,
             "used_bytes_per_pe": self.used_bytes(),
             "allocations": [
                 {"name": a.name, "bytes_per_pe": a.bytes_per_pe, "region": str(a.region)}

@@ -377,6 +377,6 @@ def build_wafer(
         mesh=mesh,
         defects=defects,
         remap=remap(spec, defects),
-        sram=SramLedger(rows, cols, spec.sram_bytes_per_pe),
+        sram=SramLedger.for_spec(spec, rows, cols),
         traffic=TrafficLedger(),
     )

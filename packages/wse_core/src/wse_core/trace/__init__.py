@@ -381,7 +381,7 @@ def trace_uniform(
     """Every PE of `region` on `spec`'s whole grid runs every phase of `report` (e.g. a
     stencil's Z columns: one per PE of the X x Y grid); `report.sram`'s allocations
     (`SramLedger.summary()`) lie on `region`, which is the trace's one named region."""
-    ledger = SramLedger(spec.pe_rows, spec.pe_cols, spec.sram_bytes_per_pe)
+    ledger = SramLedger.for_spec(spec)
     for a in report.sram.get("allocations", []):
         ledger.allocate(a["name"], a["bytes_per_pe"], region)
     work = {leaf.name: region for leaf, _ in report.phases.leaves()}
