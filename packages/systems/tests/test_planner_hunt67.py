@@ -13,7 +13,8 @@
 
 Oracles: every alternative placement priced here by `price_token` (the ladder's, and the
 regions in proportion to the bytes of this and of every larger reservation); Monte Carlo
-repairs (`wse_core.studies.wafer_yield.simulate`) for the repair probability.
+repairs of drawn maps (`wse_core.studies.wafer_yield.simulate`: `defect_map`, `remap`) for
+the repair probability.
 """
 
 from __future__ import annotations
@@ -199,19 +200,23 @@ def test_both_planners_refuse_a_wafer_that_does_not_repair():
     with pytest.raises(DefectError) as train:
         plan_train(TINY, tokens=1e6, spec=BROKEN)
     assert str(infer.value) == str(train.value) == f"wafer wse3 {REFUSAL}"
-    # the oracle: seeded wafers repaired as `remap` does (per-row dead counts): none of 200
-    repaired, _ = simulate(762, 1176, 0, 12, 0.05, 200, np.random.default_rng(0))
+    # the oracle: seeded wafers' maps repaired by `remap` itself: none of 50
+    spares = WSE3.replace(spare_rows=0, spare_cols=12)
+    repaired, _ = simulate(spares, 0.05, 50, np.random.default_rng(0))
     assert repaired == 0.0
 
 
 def test_the_suggested_rate_and_spares_repair_the_median_wafer():
     rate = max_repairable_rate(BROKEN)
     rng = np.random.default_rng(1)
-    # Monte Carlo over 2,000 wafers (+-0.011 at one sigma) a fifth either side of the bound
-    assert simulate(762, 1176, 0, 12, 0.8 * rate, 2000, rng)[0] > REPAIR_PROBABILITY
-    assert simulate(762, 1176, 0, 12, 1.2 * rate, 2000, rng)[0] < REPAIR_PROBABILITY
-    assert simulate(762, 1176, 0, 89, 0.05, 2000, rng)[0] >= 0.45  # at the bound itself
-    assert simulate(762, 1176, 0, 80, 0.05, 2000, rng)[0] < REPAIR_PROBABILITY
+    # Monte Carlo: maps drawn and repaired by `remap` (hunt 81: per-row counts under the
+    # closed form's own rule), 200 wafers (+-0.035 at one sigma) a fifth either side of the
+    # bound, and 400 (+-0.025) at it
+    spares = {n: WSE3.replace(spare_rows=0, spare_cols=n) for n in (12, 80, 89)}
+    assert simulate(spares[12], 0.8 * rate, 200, rng)[0] > REPAIR_PROBABILITY
+    assert simulate(spares[12], 1.2 * rate, 200, rng)[0] < REPAIR_PROBABILITY
+    assert simulate(spares[89], 0.05, 400, rng)[0] >= 0.42  # at the bound itself: 3 sigma
+    assert simulate(spares[80], 0.05, 200, rng)[0] < REPAIR_PROBABILITY
 
 
 @pytest.mark.parametrize("planner", ["infer", "train"])
