@@ -44,6 +44,14 @@ CASE_KEYS = (
     "copies",  # hunt 76: a slice alone and a system filled with 551 copies were both "#2"
     "bytes",
     "precision",
+    # hunt 81: fabric-collectives' four ops on a grid were "#2" .. "#4"; wafer-yield's spares
+    # and rates, netl-rayleigh-benard's GPU codes and the GPUs beside a wafer likewise
+    "op",
+    "gpu",
+    "gpu_code",
+    "spare_rows",
+    "spare_cols",
+    "defect_rate",
 )
 
 
