@@ -127,6 +127,7 @@ def check(
     ctx: typer.Context,
     preset: str = preset_option("small", "--preset", "-p"),
     spec: Path = SPEC_FILE,
+    sets: list[str] = typer.Option(None, "--set", help=SET_HELP),
     grid: tuple[int, int] = number(
         (13, 21),
         "--grid",
@@ -164,7 +165,8 @@ def check(
         fail(f"--grid {grid[0]} {grid[1]} is {grid[0] * grid[1]:,} PEs; the check's sums are "
              f"exact up to {MAX_CHECK_PES:,} PEs (18 x a WSE-3): give a smaller grid")  # fmt: skip
     # the spec before JAX: under `wse launch` a bad one is refused before the join (hunt 62)
-    wafer_of_run = wafer_spec(preset, spec, "small", repaired=False)  # its seed's map decides
+    # `--set` as `wafer info` and `wafer defects` take it (hunt 81: check alone refused it)
+    wafer_of_run = wafer_spec(preset, spec, "small", sets, repaired=False)  # its map decides
     (r, c), s, source = grid, wafer_of_run, ctx.get_parameter_source("grid").name
     if r > s.pe_rows or c > s.pe_cols:  # hunt 72: the default, too big, was named as no --grid
         said = "the default --grid" if source == "DEFAULT" else "--grid"

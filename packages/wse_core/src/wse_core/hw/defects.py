@@ -41,6 +41,7 @@ __all__ = [
     "identity_remap",
     "remap",
     "require_seed",
+    "subgrid_note",
 ]
 
 SEED_MAX = 2**63 - 1  # a seed is a 64-bit signed integer (jax.random.key, an .npz's int64)
@@ -238,6 +239,22 @@ def _not_repairable(spec: WaferSpec, retire: np.ndarray, dead_per_row: np.ndarra
     used = ", ".join(map(str, retire[: spec.spare_rows]))
     verb = "replaces row" if spec.spare_rows == 1 else "replace rows"
     return f"{head}, and its {_count(spec.spare_rows, 'spare row')} already {verb} {used}"
+
+
+def subgrid_note(spec: WaferSpec, defects: DefectMap, rows: int, cols: int) -> str:
+    """What a refused wafer means for a run on its first `rows` x `cols` PEs: the wafer is
+    repaired whole before any run, so the run is refused too, and the physical rows its
+    logical rows would sit on (the first `rows` that keep: hunt 81, the refusal named only a
+    row past them, as if the run used it)."""
+    kept = [int(r) for r in np.flatnonzero(defects.dead.sum(axis=1) <= spec.spare_cols)[:rows]]
+    if len(kept) <= 6:
+        where = f"physical row{'s' * (len(kept) > 1)} " + ", ".join(map(str, kept))
+    else:
+        where = f"{len(kept)} physical rows from {kept[0]} to {kept[-1]}"
+    return (
+        f"a wafer is repaired whole before a run, so this {rows} x {cols} run is refused too, "
+        f"though its rows would sit on {where}, which repair"
+    )
 
 
 def identity_remap(spec: WaferSpec) -> Remap:

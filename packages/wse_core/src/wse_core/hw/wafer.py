@@ -29,7 +29,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from wse_core.errors import DefectError, PlacementError, is_int, shown, shown_setting
-from wse_core.hw.defects import DefectMap, Remap, defect_map, remap
+from wse_core.hw.defects import DefectMap, Remap, defect_map, remap, subgrid_note
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import SramLedger
 from wse_core.hw.traffic import TrafficLedger
@@ -370,13 +370,19 @@ def build_wafer(
         axis_types=(AxisType.Auto, AxisType.Auto),
     )
     defects = None if defect_seed is None else defect_map(spec, defect_seed, defect_rate)
+    try:
+        repaired = remap(spec, defects)
+    except DefectError as e:
+        if defects is None or (rows, cols) == (spec.pe_rows, spec.pe_cols):
+            raise
+        raise DefectError(f"{e}; {subgrid_note(spec, defects, rows, cols)}") from None
     return Wafer(
         spec=spec,
         rows=rows,
         cols=cols,
         mesh=mesh,
         defects=defects,
-        remap=remap(spec, defects),
+        remap=repaired,
         sram=SramLedger.for_spec(spec, rows, cols),
         traffic=TrafficLedger(),
     )
