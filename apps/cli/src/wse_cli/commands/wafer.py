@@ -62,6 +62,8 @@ def info_dict(spec) -> dict:
 def _total_rows(t, label: str, total: dict, shown: str) -> None:
     """A total's row (its value, = what it counts) and, where published, Cerebras's row."""
     t.add_row(label, f"{shown} = {total['counted']}")
+    if "published_note" in total and label == "SRAM":  # once: why none is compared
+        t.add_row("  Cerebras", total["published_note"])
     if "published" in total:
         t.add_row("  Cerebras", f"{total['published_as']}: ours is {total['ratio']:.2f}x; "
                   f"{total['gap']}")  # fmt: skip

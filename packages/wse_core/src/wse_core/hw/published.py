@@ -4,8 +4,12 @@ and 214 Pb/s, and a preset comment said 24 B a cycle matched the 20 PB/s total; 
 
 `PUBLISHED` holds the vendor figures of REFERENCES.md by preset name; nothing is fitted to
 them (the per-cycle figures come from the SDK and the stencil paper and feed the
-calibration). `published_totals(spec)` states each total of the spec, what it counts, and for
-a preset with published figures the figure, the ratio ours / published and a line on the gap:
+calibration). A spec is compared with them only where it is that preset's wafer: its name
+and the fields its totals count (`IDENTITY`: the PE grid, SRAM and ports; a clock assumed
+otherwise is shown as ours) (hunt 81: `--set name=wse3` on `tiny`, or a WSE-2 file named
+wse3, was compared with WSE-3's 44 GB). `published_totals(spec)` states each total of the
+spec, what it counts, and for a preset with published figures the figure, the ratio ours /
+published and a line on the gap:
 the arithmetic that reproduces Cerebras's figure (its core count, and the clock or bytes per
 core a cycle it implies), marked inferred where Cerebras does not publish its accounting.
 """
@@ -17,8 +21,9 @@ from types import MappingProxyType
 from typing import Any
 
 from wse_core.hw.description import WaferSpec
+from wse_core.hw.presets import PRESETS
 
-__all__ = ["PUBLISHED", "published_totals"]
+__all__ = ["PUBLISHED", "IDENTITY", "published_totals"]
 
 # Cerebras's published whole-wafer figures (REFERENCES.md, vendor): cores as marketed, SRAM
 # in bytes, SRAM bandwidth in B/s, fabric bandwidth in bit/s. Shown beside the model's totals
@@ -41,6 +46,33 @@ PUBLISHED: Mapping[str, Mapping[str, float]] = MappingProxyType(
     }
 )
 _INFERRED = "inferred: Cerebras publishes neither the basis of its core count nor its clock"
+# The fields of a preset that make a spec its wafer for the published comparison: what the
+# totals count, less the clock (an assumption any run may change, shown as ours)
+IDENTITY = (
+    "pe_rows",
+    "pe_cols",
+    "sram_bytes_per_pe",
+    "sram_read_bytes_per_cycle",
+    "sram_write_bytes_per_cycle",
+    "link_bytes_per_cycle",
+)
+
+
+def _published_for(spec: WaferSpec) -> tuple[Mapping[str, float] | None, str]:
+    """(Cerebras's figures for `spec`, or None; why none where its name is a preset's with
+    figures but its wafer is not that preset's)."""
+    pub = PUBLISHED.get(spec.name)
+    if not pub:
+        return None, ""
+    preset = PRESETS[spec.name]
+    moved = [k for k in IDENTITY if getattr(spec, k) != getattr(preset, k)]
+    if not moved:
+        return pub, ""
+    return None, (
+        f"none compared: this spec is named {spec.name} but its {', '.join(moved)} "
+        f"differ{'s' * (len(moved) == 1)} from the {spec.name} preset's, so Cerebras's "
+        f"{spec.name} figures are not its"
+    )
 
 
 def published_totals(spec: WaferSpec) -> dict[str, dict[str, Any]]:
@@ -74,8 +106,11 @@ def published_totals(spec: WaferSpec) -> dict[str, dict[str, Any]]:
             ),
         ),
     }
-    pub = PUBLISHED.get(spec.name)
+    pub, why = _published_for(spec)
     if not pub:
+        for total in out.values():
+            if why:
+                total["published_note"] = why
         return out
     cores = int(pub["cores"])
     sram_ghz = pub["sram_bytes_per_s"] / (cores * rw) / 1e9  # the clock its SRAM total implies
