@@ -108,7 +108,8 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             units="cycles/hop",
             mechanism="router hop: one link traversal of a wavelet",
             basis="sourced",
-            limits=(0.0, 1000.0),
+            # hunt 81: 0 was taken; a router forwards a wavelet a cycle, so a hop takes one
+            limits=(1.0, 1000.0),
             source="Luczynski et al. (1 cycle per link traversal); SDK scripts correct clocks "
             "by 1 cycle per hop (a simulator trace shows 2)",
             sweep=(1.0, 1.5, 2.0),

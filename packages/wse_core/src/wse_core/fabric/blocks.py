@@ -349,7 +349,8 @@ def check_reach(
     at most the axis's PEs, for a periodic multicast one fewer, for a periodic shift any
     (a rotation; `wse_core.fabric`'s docstring says why)."""
     check_count(f"{op} distance", value, 1)
-    size, along = (wafer.rows, "rows") if axis == 0 else (wafer.cols, "columns")
+    size, along = (wafer.rows, "row") if axis == 0 else (wafer.cols, "column")
+    along += "s" * (size != 1)  # hunt 81: "it has 1 columns"
     if boundary == "periodic" and op == "shift":
         return
     most = size if boundary == "zero" else size - 1

@@ -202,7 +202,10 @@ def require_seed(name: str, seed: object) -> None:
     """DefectError unless `seed` is an integer in [0, SEED_MAX]: every seed of the stack is a
     64-bit signed integer (`--seed`'s bound; a map's file keeps it as an int64)."""
     if not (is_int(seed) and 0 <= seed <= SEED_MAX):  # type: ignore[operator]
-        raise DefectError(f"{name} must be an integer in [0, 2**63 - 1], got {shown_setting(seed)}")
+        # a seed is shown in its digits up to 40 of them (hunt 81: 2**64 - 1 read 1.845e+19)
+        small = is_int(seed) and abs(int(seed)) < 10**40  # type: ignore[call-overload]
+        got = str(int(seed)) if small else shown_setting(seed)  # type: ignore[call-overload]
+        raise DefectError(f"{name} must be an integer in [0, 2**63 - 1], got {got}")
 
 
 def defect_map(spec: WaferSpec, seed: int, rate: float | None = None) -> DefectMap:

@@ -97,7 +97,8 @@ PRESETS: Mapping[str, WaferSpec] = MappingProxyType(
             # the same power as CS-2
             **_system("CS-3", 23e3, 100.0, "Cerebras CS-3 announcement (2024)"),
         ),
-        # Small wafers with WSE-3 per-PE figures, for tests and demos.
+        # Small wafers with WSE-2 per-PE figures (its 850 MHz clock, SIMD widths and fp16
+        # flops a cycle; hunt 81: this said WSE-3's), for tests and demos.
         "tiny": _WSE2.replace(
             name="tiny",
             pe_rows=8,
