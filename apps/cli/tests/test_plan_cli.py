@@ -337,7 +337,7 @@ def test_plan_train_refuses_a_model_over_memoryx_capacity(tmp_path):
         "train_input": {"batch_size": 1, "max_sequence_length": 2048},
         "model": {"preset": "llama3-70b", "d_model": 131072, "n_layers": 1024,
                   "d_ff": 524288, "n_heads": 1024, "n_kv_heads": 128, "dtype": "bfloat16"},
-        "runconfig": {"wafer": "wse3"},
+        "runconfig": {"wafer": "wse3", "max_steps": 10},  # a run's length (hunt 81)
     }))  # fmt: skip
     for args in (["plan", "train", "--model", str(params), "--tokens", "1e12"],
                  ["train", str(params), "--validate_only"]):  # fmt: skip

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import pytest
 from wse_core import Work, preset
-from wse_core.cost.assumptions import assume, assumed_spec
+from wse_core.cost.assumptions import assume, assumed_spec, system_constant
 from wse_core.cost.reads import recording
 from wse_core.studies.experiment import ExperimentResult
 from wse_systems import gpu as gpum
+from wse_systems.gpu_links import LATENCY_KEYS
 from wse_systems.training.forward import predict_eval
 from wse_systems.training.performance import StepLayout, step_phases
 from wse_systems.training.placement import StepWorkload, place_step
@@ -140,12 +141,19 @@ def _rows():
 def test_weight_streaming_rows_list_their_own_constants():
     rows, dicts = _rows()
     wse3 = preset("wse3").clock_hz
-    for row in dicts:
+    for r, row in zip(rows, dicts, strict=True):
         names = {e["name"]: e["value"] for e in row["assumed"]}
         if row["name"].startswith("gpu_min"):
             assert names == {}  # memory alone: no assumption moves the count
         elif row["name"].startswith("gpu_"):
-            assert names == {gpum.TRAIN_MFU_KEY: gpum.TRAIN_MFU}
+            # the MFU, and the link latency of a data-parallel ring (review 81: its last
+            # gradient bucket runs after the backward, its latency in the step) or of the
+            # pipeline's sends between stages; one data-parallel rank on one stage has none
+            latencies = set(names) - {gpum.TRAIN_MFU_KEY}
+            assert names[gpum.TRAIN_MFU_KEY] == gpum.TRAIN_MFU
+            assert latencies <= set(LATENCY_KEYS)
+            lay = r.params["layout"]
+            assert bool(latencies) == (lay["dp"] > 1 or lay["pp"] > 1)
         else:
             assert names["clock_hz"] == wse3 and gpum.TRAIN_MFU_KEY not in names
     # the listed constants move what they are listed beside, and nothing else
@@ -169,3 +177,10 @@ def test_weight_streaming_rows_list_their_own_constants():
             assert m.value == r.value  # nor the GPU's MFU a wafer row
             assert c.value != r.value or r.name == "no_stall_batch"
     assert scaled
+    # a listed latency moves its row, an unlisted one none (the listing is exact)
+    for key in LATENCY_KEYS:
+        with assume(**{key: 2 * system_constant(key)}):
+            moved, _ = _rows()
+        for r, row, x in zip(rows, dicts, moved, strict=True):
+            listed = key in {e["name"] for e in row["assumed"]}
+            assert (x.value != r.value) == listed or r.name.startswith("gpu_scaling"), r.name
