@@ -20,6 +20,7 @@ import pytest
 import typer
 from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
+from wse_hpc.tlrmvm.testing import ecrc_ranks
 
 ROOT = typer.main.get_command(app)
 ENV = {"WSE_DEVICES": "8"}
@@ -47,18 +48,6 @@ def test_a_suggested_stencil_grid_is_one_the_run_takes(kind, grid, boundary, wan
     assert code == 0, out  # the suggestion runs
 
 
-def _ecrc_ranks(a: np.ndarray, nb: int, acc: float) -> np.ndarray:
-    """ecrc/tlrmvm's saveUV: per tile the least k >= 1 with ||A_ij - A_ij,k||_F < acc ||A||_F."""
-    a = a.astype(np.float64)
-    bound = acc * np.linalg.norm(a)
-    ranks = np.zeros((a.shape[0] // nb, a.shape[1] // nb), np.int64)
-    for i, j in np.ndindex(*ranks.shape):
-        s = np.linalg.svd(a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb], compute_uv=False)
-        tail = np.sqrt(np.r_[np.cumsum((s**2)[::-1])[::-1], 0.0])
-        ranks[i, j] = max(int(np.argmax(tail < bound)), 1)
-    return ranks
-
-
 N, NB, THRESHOLD = 512, 128, 1e-3
 NOTE = re.compile(r"^note: TLR gains nothing here: .* are (\d+\.\d\d)x the dense matrix", re.M)
 
@@ -73,7 +62,7 @@ def _matrices() -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("name", ["noise", "low_rank"])
 def test_an_operator_bigger_than_its_dense_matrix_is_noted(tmp_path, name):
     a = _matrices()[name]
-    ranks = _ecrc_ranks(a, NB, THRESHOLD)
+    ranks = ecrc_ranks(a, NB, THRESHOLD)
     bases_bytes = int(ranks.sum()) * (NB + NB) * 4  # U (nb x r) and V (nb x r) per tile, fp32
     dense_bytes = N * N * 4
     src, op = tmp_path / "a.npy", tmp_path / "op.npz"

@@ -18,22 +18,11 @@ from wse_cli.app import app
 from wse_cli.testing import invoke, refused_in_one_line
 from wse_hpc.tlrmvm import load_operator
 from wse_hpc.tlrmvm.seismic import green_operator
+from wse_hpc.tlrmvm.testing import ecrc_ranks
 
 ROOT = typer.main.get_command(app)
 TLR = ["hpc", "tlrmvm"]
 N, NB = 512, 64
-
-
-def _ecrc_ranks(a: np.ndarray, nb: int, acc: float) -> np.ndarray:
-    """ecrc/tlrmvm's saveUV: per tile the least k >= 1 with ||A_ij - A_ij,k||_F < acc ||A||_F."""
-    a = a.astype(np.complex128)
-    bound = acc * np.linalg.norm(a)
-    ranks = np.zeros((a.shape[0] // nb, a.shape[1] // nb), np.int64)
-    for i, j in np.ndindex(*ranks.shape):
-        s = np.linalg.svd(a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb], compute_uv=False)
-        tail = np.sqrt(np.r_[np.cumsum((s**2)[::-1])[::-1], 0.0])
-        ranks[i, j] = max(int(np.argmax(tail < bound)), 1)
-    return ranks
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +43,7 @@ def test_the_default_is_ecrcs_acc_and_both_lines_say_so(slice_file, tmp_path):
     out = tmp_path / "m.npz"
     line = _compress(slice_file, out).strip()
     op = load_operator(out)
-    np.testing.assert_array_equal(op.ranks, _ecrc_ranks(np.load(slice_file), NB, 1e-3))
+    np.testing.assert_array_equal(op.ranks, ecrc_ranks(np.load(slice_file), NB, 1e-3))
     assert op.rule == "matrix"
     assert (
         f"||A - A_tlr||_F / ||A||_F = {op.error_fro:.2e} (threshold 0.001, matrix rule: each "

@@ -2,14 +2,15 @@
 
 `smooth_kernel(m, n, complex_=...)` is a 1/(1 + |s - t|) kernel between two point sets on a
 line (low-rank off the diagonal, full rank on it), optionally with an oscillating phase;
-`random_vectors` draws seeded vectors of the operator's dtype.
+`random_vectors` draws seeded vectors of the operator's dtype; `ecrc_ranks(a, nb, acc)` each
+tile's rank as ecrc/tlrmvm's saveUV keeps it, from NumPy's SVD (the tests' oracle).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["smooth_kernel", "random_vectors"]
+__all__ = ["ecrc_ranks", "smooth_kernel", "random_vectors"]
 
 
 def smooth_kernel(m: int, n: int, *, complex_: bool = True, seed: int = 0) -> np.ndarray:
@@ -30,3 +31,16 @@ def random_vectors(n: int, b: int | None, dtype, seed: int = 1) -> np.ndarray:
     if np.issubdtype(np.dtype(dtype), np.complexfloating):
         x = x + 1j * rng.standard_normal(shape)
     return x.astype(dtype)
+
+
+def ecrc_ranks(a: np.ndarray, nb: int, acc: float) -> np.ndarray:
+    """ecrc/tlrmvm's saveUV: per tile the least k >= 1 with ||A_ij - A_ij,k||_F < acc ||A||_F
+    (in float64, or complex128 for a complex `a`)."""
+    a = a.astype(np.result_type(a.dtype, np.float64))
+    bound = acc * np.linalg.norm(a)
+    ranks = np.zeros((a.shape[0] // nb, a.shape[1] // nb), np.int64)
+    for i, j in np.ndindex(*ranks.shape):
+        s = np.linalg.svd(a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb], compute_uv=False)
+        tail = np.sqrt(np.r_[np.cumsum((s**2)[::-1])[::-1], 0.0])
+        ranks[i, j] = max(int(np.argmax(tail < bound)), 1)
+    return ranks
