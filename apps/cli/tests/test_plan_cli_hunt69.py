@@ -27,12 +27,16 @@ def _row(out: str, label: str) -> str:
 
 
 def test_the_table_names_the_prompt_block_the_json_holds():
+    blocks = []
     for users in ("2048", "3250"):
         d = json.loads(_run([*ARGS, "--users", users, "--json"]))
         block = d["wafer"]["point"]["layout"]["prompt_block_tokens"]
         row = _row(_run([*ARGS, "--users", users]), "prompts run in")
         assert f"blocks of {block:,} tokens" in row and "steps of 8,192 tokens" in row
-        assert block == (16 if users == "2048" else 2)
+        blocks.append(block)
+    # more users leave no larger block (16 and 2 before hunt 81's footprints and program
+    # reserve, 16 and 16 since)
+    assert blocks[1] <= blocks[0]
 
 
 def test_a_gpu_prompt_past_the_budget_queues_and_the_table_says_the_wait():
