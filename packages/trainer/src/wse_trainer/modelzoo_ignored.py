@@ -193,43 +193,53 @@ def _loss_scale(where: str, value: Any) -> Ignored:
     return Ignored(None, f"{where} must be {want}, got {yaml_text(value)}")
 
 
-def _drop_last(where: str, value: Any) -> Ignored:
-    """drop_last true (ModelZoo's default for training) or null is what runs; false would keep
-    a last partial batch, which no run here makes (session 80: true was refused too)."""
-    if value is None or value is True:
-        return Ignored("drop_last", None)
-    if not isinstance(value, bool):
-        return Ignored(None, f"{where} must be true or false, got {yaml_text(value)}")
-    return Ignored(
-        None,
-        f"{where} false asks to keep an epoch's last partial batch; every batch here is whole "
-        "(the rows past an epoch's last whole batch are left out of that epoch, the next "
-        "epoch's permutation drawing its own, and out of an evaluation): give true, or "
-        "leave the key out",
-    )
+def _flag(runs: bool, note: str, refusal: str) -> Callable[[str, Any], Ignored]:
+    """A true/false key whose `runs` value (or null) is what runs here (`note`); the other
+    value is refused with `refusal` (its `{where}` the key's place), a non-boolean with the
+    type's line."""
+
+    def read(where: str, value: Any) -> Ignored:
+        if value is None or value is runs:
+            return Ignored(note, None)
+        if not isinstance(value, bool):
+            return Ignored(None, f"{where} must be true or false, got {yaml_text(value)}")
+        return Ignored(None, refusal.format(where=where))
+
+    return read
+
+
+# drop_last true (ModelZoo's default for training) or null is what runs; false would keep a
+# last partial batch, which no run here makes (session 80: true was refused too)
+_drop_last = _flag(
+    True,
+    "drop_last",
+    "{where} false asks to keep an epoch's last partial batch; every batch here is whole "
+    "(the rows past an epoch's last whole batch are left out of that epoch, the next "
+    "epoch's permutation drawing its own, and out of an evaluation): give true, or "
+    "leave the key out",
+)
+_SHUFFLE = {
+    True: _flag(
+        True,
+        "shuffle",
+        "train_input.shuffle false asks for the training rows in file order; a run here "
+        "always draws its batches in a seeded shuffle (a new permutation of the rows each "
+        "epoch, by train_input.shuffle_seed), the same batches every run of one seed: give "
+        "true, or leave the key out",
+    ),
+    False: _flag(
+        False,
+        "shuffle",
+        "eval_input.shuffle true asks for the eval batches in a shuffled order; each "
+        "evaluation here reads the eval split's first eval_input.eval_steps batches (every one "
+        "when unset) in the split's order: give false, or leave the key out",
+    ),
+}
 
 
 def _shuffle(where: str, value: Any) -> Ignored:
     """train_input.shuffle true and eval_input.shuffle false (or null) are what runs."""
-    train = where.startswith("train_input")
-    if value is None or value is train:
-        return Ignored("shuffle", None)
-    if not isinstance(value, bool):
-        return Ignored(None, f"{where} must be true or false, got {yaml_text(value)}")
-    if train:
-        return Ignored(
-            None,
-            "train_input.shuffle false asks for the training rows in file order; a run here "
-            "always draws its batches in a seeded shuffle (a new permutation of the rows each "
-            "epoch, by train_input.shuffle_seed), the same batches every run of one seed: give "
-            "true, or leave the key out",
-        )
-    return Ignored(
-        None,
-        "eval_input.shuffle true asks for the eval batches in a shuffled order; each "
-        "evaluation here reads the eval split's first eval_input.eval_steps batches (every one "
-        "when unset) in the split's order: give false, or leave the key out",
-    )
+    return _SHUFFLE[where.startswith("train_input")](where, value)
 
 
 def _vocab(where: str, value: Any) -> Ignored:
@@ -241,38 +251,28 @@ def _vocab(where: str, value: Any) -> Ignored:
     )
 
 
-def _correct_bias(where: str, value: Any) -> Ignored:
-    if value is None or value is True:
-        return Ignored("adam", None)
-    if value is not False:
-        return Ignored(None, f"{where} must be true or false, got {yaml_text(value)}")
-    return Ignored(
-        None,
-        "optimizer.correct_bias false turns off Adam's bias correction of its moments "
-        "(ModelZoo's AdamW option); adam and adamw here always apply it (optax's scale_by_adam), "
-        "so the first steps would move by other amounts than asked: give true, or leave the key "
-        "out",
-    )
-
-
-def _amsgrad(where: str, value: Any) -> Ignored:
-    """ModelZoo's Adam/AdamW `amsgrad` (false unless given): false is what runs. True is
-    refused: ModelZoo (as torch) keeps the maximum of the raw second moment and applies the
-    step's bias correction to it, optax's `amsgrad` the maximum of the bias-corrected moment,
-    another denominator from the second step on (hunt 81; a moment that falls after step 1:
-    sqrt(1 + beta2) apart)."""
-    if value is None or value is False:
-        return Ignored("amsgrad", None)
-    if value is not True:
-        return Ignored(None, f"{where} must be true or false, got {yaml_text(value)}")
-    return Ignored(
-        None,
-        "optimizer.amsgrad true asks for AMSGrad (ModelZoo's Adam and AdamW divide by the "
-        "largest second moment so far); adam and adamw here do not run it (optax's amsgrad "
-        "keeps the largest bias-corrected moment instead, another step size from the second "
-        "step on), so the steps would move by other amounts than asked: give false, or leave "
-        "the key out",
-    )
+_correct_bias = _flag(
+    True,
+    "adam",
+    "optimizer.correct_bias false turns off Adam's bias correction of its moments "
+    "(ModelZoo's AdamW option); adam and adamw here always apply it (optax's scale_by_adam), "
+    "so the first steps would move by other amounts than asked: give true, or leave the key "
+    "out",
+)
+# ModelZoo's Adam/AdamW `amsgrad` (false unless given): false is what runs. True is refused:
+# ModelZoo (as torch) keeps the maximum of the raw second moment and applies the step's bias
+# correction to it, optax's `amsgrad` the maximum of the bias-corrected moment, another
+# denominator from the second step on (hunt 81; a moment that falls after step 1: sqrt(1 +
+# beta2) apart)
+_amsgrad = _flag(
+    False,
+    "amsgrad",
+    "optimizer.amsgrad true asks for AMSGrad (ModelZoo's Adam and AdamW divide by the "
+    "largest second moment so far); adam and adamw here do not run it (optax's amsgrad "
+    "keeps the largest bias-corrected moment instead, another step size from the second "
+    "step on), so the steps would move by other amounts than asked: give false, or leave "
+    "the key out",
+)
 
 
 def _accumulation(where: str, value: Any) -> Ignored:
