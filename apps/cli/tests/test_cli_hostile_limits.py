@@ -40,7 +40,8 @@ def test_an_assumption_past_its_limits_is_refused_with_the_range(item, message):
     ("args", "message"),
     [
         (["--set", "fp32_mul_width=1e30"], "fp32_mul_width must be in [0.125, 64] elements/cycle"),
-        (["--set", "hop_latency_cycles=1e30"], "hop_latency_cycles must be in [1, 1000] cycles/hop"),
+        (["--set", "hop_latency_cycles=1e30"],
+         "hop_latency_cycles must be in [1, 1000] cycles/hop"),
         (["--spec", "{d}/w.yaml"],
          "simd_widths['add.fp32'] must be in [0.125, 64] elements/cycle, got 1e+30"),
     ],
