@@ -93,8 +93,8 @@ def test_modelzoo_optimizers_validate_and_notes_are_said(tmp_path):
     [
         (["optimizer.optimizer_type=AdamW", "optimizer.momentum=0.9"],
          "Error: optimizer.momentum=0.9 has no effect with optimizer_type adamw, which reads "
-         "beta1, beta2 and eps; drop it (optimizer.momentum=null), or use optimizer_type sgd or "
-         "momentum"),
+         "beta1, beta2, eps and eps_placement; drop it (optimizer.momentum=null), or use "
+         "optimizer_type sgd or momentum"),
         (["optimizer.optimizer_type=adamW W"], "(did you mean 'adamw'?)"),
         (["optimizer.lr_schedule=cosine", "optimizer.warmup_steps=20", "optimizer.decay_steps=10"],
          "Error: optimizer.decay_steps=10 is not past optimizer.warmup_steps=20"),

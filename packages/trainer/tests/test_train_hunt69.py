@@ -77,8 +77,11 @@ def _sgd_np(wd: float, mu: float, nesterov: bool, lr=0.1) -> np.ndarray:
 @pytest.mark.parametrize(
     ("given", "oracle"),
     [
-        ({"optimizer_type": "Adam", "weight_decay": 0.5}, lambda: _adam_np(0.5, False)),
-        ({"optimizer_type": "AdamW", "weight_decay": 0.5}, lambda: _adam_np(0.5, True)),
+        # torch's eps placement (hunt 82: ModelZoo's AdamBase form runs unless asked for it)
+        ({"optimizer_type": "Adam", "weight_decay": 0.5, "eps_placement": "torch"},
+         lambda: _adam_np(0.5, False)),
+        ({"optimizer_type": "AdamW", "weight_decay": 0.5, "eps_placement": "torch"},
+         lambda: _adam_np(0.5, True)),
         ({"optimizer_type": "SGD"}, lambda: _sgd_np(0.0, 0.0, False)),
         ({"optimizer_type": "SGD", "momentum": 0.9}, lambda: _sgd_np(0.0, 0.9, False)),
         ({"optimizer_type": "sgd", "momentum": 0.9, "nesterov": True, "weight_decay": 0.1},
@@ -128,7 +131,7 @@ def test_modelzoo_spellings_are_taken(tmp_path, spelled, field, value):
          "nesterov; drop them (optimizer.beta1=null optimizer.beta2=null), or use optimizer_type "
          "adamw or adam"),
         ({"optimizer_type": "adamw", "momentum": 0.9}, "optimizer.momentum=0.9 has no effect "
-         "with optimizer_type adamw, which reads beta1, beta2 and eps; drop it "
+         "with optimizer_type adamw, which reads beta1, beta2, eps and eps_placement; drop it "
          "(optimizer.momentum=null), or use optimizer_type sgd or momentum"),
         ({"optimizer_type": "sgd", "nesterov": True}, "optimizer.nesterov needs "
          "optimizer.momentum above 0 (got 0.0); set momentum, e.g. 0.9, or drop nesterov"),

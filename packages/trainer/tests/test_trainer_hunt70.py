@@ -271,12 +271,13 @@ def _steps(opt: OptimizerConfig) -> np.ndarray:
 
 
 def _adam_np(wd: float, decoupled: bool, b1: float, b2: float, eps: float) -> np.ndarray:
-    """torch.optim.Adam (wd: L2 added to the gradient) or AdamW (decoupled), lr 0.1."""
+    """ModelZoo's Adam (wd: L2 added to the gradient) or AdamW (decoupled), lr 0.1, as its
+    AdamBase.step computes them (hunt 82): eps added to sqrt(v) before the bias correction."""
     p, m, v = P0.copy(), 0.0, 0.0
     for t, g in enumerate(GRADS, 1):
         g = g if decoupled else g + wd * p
         m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        step = (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        step = m / (np.sqrt(v) + eps) * np.sqrt(1 - b2**t) / (1 - b1**t)
         p = p - 0.1 * (step + (wd * p if decoupled else 0))
     return p
 
@@ -293,6 +294,7 @@ def test_adam_defaults_are_modelzoos(tmp_path, kind, decoupled):
     config = load_config(_params(tmp_path, {"optimizer_type": kind, "weight_decay": 0.5}))
     opt = config.optimizer
     assert (opt.beta1, opt.beta2, opt.eps) == (0.9, 0.999, 1e-6)  # cerebras.pytorch.optim's
+    assert opt.eps_placement == "modelzoo"  # its AdamBase's form (hunt 82)
     # float32 against float64 by hand, two steps of size ~lr: a few ulps of 1
     want = _adam_np(0.5, decoupled, 0.9, 0.999, 1e-6)
     np.testing.assert_allclose(_steps(opt), want, rtol=0, atol=2e-6)

@@ -41,10 +41,11 @@ from wse_trainer.testing import run_on_preset, tensorboard_scalars, tiny_params,
 
 ROOT = typer.main.get_command(app)
 
-# p1.yaml of the hunt: a warm-up of 2 steps to 1e-2, cosine to 1e-3 at step 6
+# p1.yaml of the hunt: a warm-up of 2 steps to 1e-2, cosine to 1e-3 at step 6; eps where
+# torch's AdamW adds it, the oracles' (hunt 82: ModelZoo's AdamBase form runs by default)
 OPT = {"optimizer_type": "adamw", "learning_rate": 1e-2, "lr_schedule": "cosine",
        "warmup_steps": 2, "min_learning_rate": 1e-3, "decay_steps": 6, "weight_decay": 0.1,
-       "beta2": 0.95, "eps": 1e-8}  # fmt: skip
+       "beta2": 0.95, "eps": 1e-8, "eps_placement": "torch"}  # fmt: skip
 STEPS = 4
 
 

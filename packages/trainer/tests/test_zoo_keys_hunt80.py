@@ -321,9 +321,10 @@ def test_clipping_by_value_is_torchs_clip_grad_value_before_adamw():
     first = np.concatenate([np.abs(np.asarray(g)).ravel() for g in grads(params, batches[0])])
     value = float(np.quantile(first, 0.5))  # half of the first gradient's elements clipped
     opt = OptimizerConfig(learning_rate=1e-3, lr_schedule="constant", eps=1e-6, weight_decay=0.0,
-                          max_gradient_value=value)  # fmt: skip
+                          max_gradient_value=value, eps_placement="torch")  # fmt: skip
     ours, _ = streamed_run(model, opt)
-    # torch, as ModelZoo's optimizer_step_with_summaries: clip_grad_value_, then the step
+    # torch, as ModelZoo's optimizer_step_with_summaries: clip_grad_value_, then the step (eps
+    # where torch adds it: `eps_placement` above)
     leaves, tree = jax.tree.flatten(params)
     tensors = [torch.tensor(np.asarray(x), requires_grad=True) for x in leaves]
     adamw = torch.optim.AdamW(tensors, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0)

@@ -70,7 +70,7 @@ from wse_trainer.save_faults import (
     save_interrupted,
     within,
 )
-from wse_trainer.seals import SEAL, seal_step, step_problem
+from wse_trainer.seals import SEAL, SEALED_KEY, seal_step, step_problem
 
 __all__ = [
     "ASIDE",
@@ -88,7 +88,6 @@ __all__ = [
     "step_problem",
 ]
 
-SEALED_KEY = "wse_sealed"  # in every save's meta: the step is complete only with its seal
 ASIDE = "checkpoints_aside"  # beside checkpoints/: steps moved out of the way, never deleted
 
 

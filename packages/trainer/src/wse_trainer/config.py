@@ -39,6 +39,7 @@ from wse_trainer.modelzoo_ignored import IGNORED_NOTES, ignored
 from wse_trainer.modelzoo_keys import MODELZOO_KEYS, Written, hint, moved, moved_problem, same
 from wse_trainer.modelzoo_runconfig import runconfig_read
 from wse_trainer.optimizer_names import (
+    EPS_PLACEMENTS,
     OPTIMIZER_NAMES,
     READ_BY,
     SCHEDULE_NAMES,
@@ -53,7 +54,7 @@ from wse_trainer.splits import data_dir_problem, default_splits
 __all__ = ["ConfigError", "InputConfig", "OPTIMIZER_NAMES", "OptimizerConfig", "READ_BY",
            "SCHEDULE_NAMES", "RunConfig", "TrainConfig", "SECTIONS", "load_config",
            "config_from_dict", "apply_overrides", "checked_value", "shipped_config",
-           "SHIPPED", "MODELZOO_KEYS", "unknown_model_key"]  # fmt: skip
+           "SHIPPED", "MODELZOO_KEYS", "unknown_model_key", "split_lengths"]  # fmt: skip
 
 
 class ConfigError(WseError):
@@ -99,6 +100,10 @@ class OptimizerConfig:
     beta1: float = 0.9  # adam, adamw: ModelZoo's defaults (hunt 70: beta2 was 0.95, eps 1e-8)
     beta2: float = 0.999
     eps: float = 1e-6
+    # adam, adamw: where eps meets the second moment (`optimizer.adam_base`): "modelzoo",
+    # ModelZoo's AdamBase (eps on sqrt(v) before the bias correction), or "optax" (optax's
+    # and torch.optim.Adam(W)'s: on sqrt(v_hat) after it; "torch" reads as it)
+    eps_placement: str = "modelzoo"
     momentum: float | None = None  # None: 0 for sgd (as ModelZoo's SGD), else 0.9
     nesterov: bool = False  # sgd / momentum: Nesterov momentum (ModelZoo's SGD nesterov)
     max_gradient_norm: float | None = None  # global-norm clipping
@@ -109,7 +114,8 @@ class OptimizerConfig:
     def __post_init__(self) -> None:  # adamw's and adam's unread 0.9: as runs saved it before
         if self.lr_schedule is None:  # hunt 81: a ModelZoo file's number decayed to 0 unsaid
             object.__setattr__(self, "lr_schedule", default_schedule(self))
-        for field, names in (("optimizer_type", OPTIMIZER_NAMES), ("lr_schedule", SCHEDULE_NAMES)):
+        for field, names in (("optimizer_type", OPTIMIZER_NAMES), ("lr_schedule", SCHEDULE_NAMES),
+                             ("eps_placement", EPS_PLACEMENTS)):  # fmt: skip
             value = getattr(self, field)
             if isinstance(value, str) and value.casefold() in names:
                 object.__setattr__(self, field, names[value.casefold()])
@@ -248,6 +254,7 @@ class _Said:
         self.ignored: dict[str, list[str]] = {}
         self.unknown: dict[str, list[str]] = {}  # unknown keys by their note: listed once
         self.vocab: dict[str, Any] = {}
+        self.seq_lens: tuple[int, ...] = ()  # each read split's (`split_lengths`)
 
     def add(self, line: str, listed: str | None = None) -> None:
         self.problems.append((line, line if listed is None else listed))
@@ -375,7 +382,7 @@ def _model_keys(data: Mapping[str, Any], said: _Said) -> None:
 
     given = {k: v for k, v in data.items() if k != "preset"}
     try:
-        read = modelzoo_model.read_model(given, lambda: _preset(data))
+        read = modelzoo_model.read_model(given, lambda: _preset(data), said.seq_lens)
     except wse_models.ModelConfigError:
         return  # the preset is refused when the model is built
     for line in read.lines:
@@ -429,6 +436,7 @@ def _config(data: Mapping[str, Any], written: Mapping[str, Written]) -> TrainCon
     """The TrainConfig of a mapping in our keys; `written`: its settings given ModelZoo's way.
     Every setting that cannot run is said in one error (`_Said`)."""
     said = _Said()
+    said.seq_lens = _split_lengths(data)  # the model's loss keys read them (hunt 82)
     for name in (k for k in data if k not in SECTIONS):
         why = f"unknown section {name!r}{hint('', name, SECTIONS)}"
         said.add(f"{why}; sections: {', '.join(SECTIONS)}", why)
@@ -439,6 +447,27 @@ def _config(data: Mapping[str, Any], written: Mapping[str, Written]) -> TrainCon
     if (data.get("optimizer") or {}).get("lr_schedule") is None:  # left out: what runs, said
         notes += (schedule_note(sections["optimizer"]),)
     return TrainConfig(**default_splits(sections, data), notes=notes)
+
+
+def split_lengths(train_input: Any, eval_input: Any, mode: Any) -> tuple[int, ...]:
+    """The max_sequence_length of each split a run of `mode` reads (train's; eval's too
+    outside mode train), each an `InputConfig` or its mapping as given (a length left out:
+    the default; one of no integer, which its section refuses, left out)."""
+    out = []
+    for split in (train_input, *([] if mode == "train" else [eval_input])):
+        value = getattr(split, "max_sequence_length", None)
+        if isinstance(split, Mapping):
+            value = split.get("max_sequence_length", InputConfig.max_sequence_length)
+        if type(value) is int and value > 0:
+            out.append(value)
+    return tuple(out)
+
+
+def _split_lengths(data: Mapping[str, Any]) -> tuple[int, ...]:
+    """`split_lengths` of a params mapping as given (its mode left out: train)."""
+    run = data.get("runconfig") if isinstance(data.get("runconfig"), Mapping) else {}
+    train, ev = ({} if data.get(k) is None else data.get(k) for k in ("train_input", "eval_input"))
+    return split_lengths(train, ev, run.get("mode", RunConfig.mode))
 
 
 def _moved(data: Mapping[str, Any], *, nulls: bool = False) -> tuple[dict, dict[str, Written]]:

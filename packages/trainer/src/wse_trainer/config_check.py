@@ -43,7 +43,13 @@ from wse_trainer.config import (
     refuse_unused,
 )
 from wse_trainer.modelzoo_keys import eval_steps_problem, keep_problem
-from wse_trainer.optimizer_names import IN_UNIT, outside_unit, scheduler_list
+from wse_trainer.optimizer_names import (
+    IN_UNIT,
+    eps_note,
+    outside_unit,
+    schedule_note,
+    scheduler_list,
+)
 
 __all__ = [
     "MIN_VOCAB_SIZE",
@@ -188,6 +194,7 @@ def check_config(
     _choice("runconfig.mode", run.mode, tuple(RUN_SECTIONS))
     _choice("optimizer.optimizer_type", opt.optimizer_type, ("adamw", "adam", "sgd", "momentum"))
     _choice("optimizer.lr_schedule", opt.lr_schedule, ("constant", "cosine", "linear"))
+    _choice("optimizer.eps_placement", opt.eps_placement, ("modelzoo", "optax", "torch"))
     for name in ("train_input", "eval_input"):
         inp: InputConfig = getattr(config, name)
         _check_input_values(name, inp)
@@ -354,11 +361,18 @@ def config_notes(config: TrainConfig) -> list[str]:
     """Lines a run of `config` says beside its output ("note: ..."): a warm-up as long as
     the run (hunt 69: the rate never reached learning_rate, unsaid; refusing it would refuse
     `--max-steps 2` of a shipped config), an eval_frequency its mode does not use, a data
-    file listed twice (read once), and ModelZoo's keys read and ignored (`TrainConfig.notes`)."""
+    file listed twice (read once), ModelZoo's keys read and ignored (`TrainConfig.notes`), and
+    adam's eps placed as optax places it (`optimizer_names.eps_note`). An eval trains nothing:
+    it says no optimizer line (hunt 82: mode eval said the schedule's default, a constant
+    rate, of a checkpoint trained on a cosine)."""
     from wse_trainer.data_files import repeated_entries
 
     opt, run = config.optimizer, config.runconfig
     notes = list(config.notes)  # ModelZoo's keys that change nothing here (hunt 79)
+    if run.mode in ("eval", "eval_all"):
+        notes = [n for n in notes if n != schedule_note(opt)]
+    elif eps := eps_note(opt):
+        notes.append(eps)
     if run.mode != "eval" and run.max_steps is not None and opt.warmup_steps >= run.max_steps > 0:
         last = opt.learning_rate * (run.max_steps - 1) / opt.warmup_steps
         notes.append(

@@ -101,6 +101,11 @@ IGNORED_NOTES = {
         "over fp32 master weights)"
     ),
     "precision_float32": "ModelZoo's mixed precision off, read as model.dtype float32",
+    "loss_batch_size": (
+        "ModelZoo's loss as the batch's token sum over its rows x loss_weight 1 / "
+        "max_sequence_length: every row here holds max_sequence_length targets (packed, no "
+        "padding), so it is the mean over the batch's tokens, the loss that runs (num_tokens)"
+    ),
     "cbfloat16": (
         "ModelZoo's mixed precision in cbfloat16 (Cerebras' CB16: 6 exponent and 9 mantissa "
         "bits), which runs on a CS system only; read as model.dtype bfloat16 (8 exponent and 7 "

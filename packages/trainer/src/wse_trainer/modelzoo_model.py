@@ -4,7 +4,7 @@ lines, `config._model_keys`).
 
 - `nonlinearity` moves to our `mlp_activation` by the arch (gpt2: one activation; llama:
   gated), and the settings the arch fixes (`_BY_ARCH`: positions, norms, biases, dropout, the
-  loss's weighting, the embeddings' scale) are dropped at the value the model runs, else refused
+  embeddings' scale) are dropped at the value the model runs, else refused
   saying what runs (hunt 76: "did you mean 'tie_embeddings'?"). A key at the other arch's value
   names `model.arch: <other>`, and two or more such keys are one line (hunt 80: a ModelZoo
   Llama file, which names no preset, met six refusals "use a llama preset"; model.arch: llama,
@@ -15,6 +15,10 @@ lines, `config._model_keys`).
   given, as its `MultiQueryAttention.check_extra_params`) is our `n_kv_heads`, which must
   divide the heads (ModelZoo asserts it). gpt2 has no grouped-query attention here (HF's
   GPT2Config neither).
+- `loss_scaling` and `loss_weight` (`_loss`): num_tokens at 1.0 is the loss that runs, the
+  mean over the batch's tokens; batch_size with loss_weight 1/max_sequence_length is too, as
+  every row here is full (hunt 82: refused, though ModelZoo's params table recommends it with
+  gradient accumulation); another weight is refused naming the factor it would scale by.
 - `rotary_dim`: rotary embeddings here turn each head's whole dimension; ModelZoo's default
   and its Llama files' value (hidden_size / num_heads) is read, a partial rotation refused.
 - The initial weights (`modelzoo_init.INIT_KEYS`): at ModelZoo's default scale, or the draw
@@ -22,7 +26,9 @@ lines, `config._model_keys`).
 - `mixed_precision` and `fp16_type` are model.dtype (`_precision`; hunt 81: refused, their
   own notes saying what they mean): true with bfloat16 (or cbfloat16, Cerebras' CB16, run as
   bfloat16 with a note, as ModelZoo runs it off a CS system) is bfloat16, false float32;
-  float16, ModelZoo's default fp16_type, is refused.
+  float16, ModelZoo's default fp16_type, is refused. ModelZoo 1.x's `use_bfloat16`
+  (`PyTorchBaseModel`: true sets its half type to bfloat16; hunt 82: an unknown key) is read
+  as fp16_type bfloat16, false as its float16 (which runs only with mixed_precision false).
 - `precision_opt_level` (ModelZoo 1.x's model key, its runconfig's since) is read as
   runconfig's (`modelzoo_ignored.ignored`).
 - A model given its heads alone takes as many key/value heads where its preset's count means
@@ -71,8 +77,6 @@ _BY_ARCH = {
                  "use_ffn_bias")},
     "use_bias_in_output": ((False, False), "the output layer has no bias here"),
     "attention_type": (("scaled_dot_product",) * 2, "attention is scaled dot product here"),
-    "loss_scaling": (("num_tokens",) * 2, "the loss is the mean over the batch's tokens here"),
-    "loss_weight": ((1.0, 1.0), "the loss is not weighted here"),
     **{k: ((0.0, 0.0), "there is no dropout here") for k in _DROPOUT},
     # hunt 80: "did you mean 'tie_embeddings'?" (ModelZoo's defaults: true, 1.0)
     "use_position_embedding": (
@@ -81,9 +85,14 @@ _BY_ARCH = {
     "embeddings_scale": ((1.0, 1.0), "the embeddings are not scaled here"),
 }  # fmt: skip
 _ATTENTION = ("attention_module", "extra_attention_params")
-_PRECISION = ("mixed_precision", "fp16_type")
+_LOSS = ("loss_scaling", "loss_weight")
+# A loss_weight is 1 / max_sequence_length where weight x length is 1 within this: a weight
+# written to 7 significant digits (1/2048 = 0.0004882812: 1.1e-7 off) passes; ModelZoo's own
+# files write the exact 0.00048828125
+LOSS_WEIGHT_RTOL = 1e-6
+_PRECISION = ("mixed_precision", "fp16_type", "use_bfloat16")  # the last: ModelZoo 1.x's
 MODEL_VALUES = frozenset(
-    {"nonlinearity", *_BY_ARCH, *_ATTENTION, *_PRECISION, "rotary_dim", *INIT_KEYS,
+    {"nonlinearity", *_BY_ARCH, *_ATTENTION, *_LOSS, *_PRECISION, "rotary_dim", *INIT_KEYS,
      "precision_opt_level"}
 )  # fmt: skip
 # ModelZoo's fp16_type names (its cstorch.amp.set_half_dtype's) -> the model.dtype that runs
@@ -274,19 +283,24 @@ def _precision(fields: Mapping[str, Any], out: dict[str, Any]) -> tuple[str | No
             f"model.fp16_type must be one of {', '.join(HALF_TYPES)} (ModelZoo's 16-bit types), "
             f"got {yaml_text(half)}"
         ), None
+    b16 = fields.get("use_bfloat16")
+    if why := _bfloat16_problem(b16, half, name):
+        return why, None
+    if b16 and half is None:  # ModelZoo 1.x's bf16 switch: fp16_type bfloat16 (hunt 82)
+        half = name = "bfloat16"
     if name == "float16" or (mixed and half is None):
-        given = (
-            "model.fp16_type float16"
-            if half is not None
-            else "model.mixed_precision true with no fp16_type (ModelZoo's default: float16)"
-        )
+        given = "model.mixed_precision true with no fp16_type (ModelZoo's default: float16)"
+        if half is not None:
+            given = "model.fp16_type float16"
+        elif b16 is not None:
+            given = "model.mixed_precision true with use_bfloat16 false (ModelZoo 1.x's float16)"
         return (
             f"{given}: there is no float16 here (model.dtype float32 or bfloat16, whose 8-bit "
             "exponent needs no loss scaling); give model.fp16_type: bfloat16 (model.dtype "
             "bfloat16: 16-bit compute over fp32 master weights), or mixed_precision: false"
         ), None
     if mixed is None:
-        return None, "fp16_unread" if half is not None else None
+        return None, "fp16_unread" if half is not None or b16 is not None else None
     dtype = HALF_TYPES[name] if mixed else "float32"
     given = fields.get("dtype")
     if given is not None and given != dtype:
@@ -297,6 +311,69 @@ def _precision(fields: Mapping[str, Any], out: dict[str, Any]) -> tuple[str | No
         ), None
     out["dtype"] = dtype
     return None, "cbfloat16" if name == "cbfloat16" and mixed else f"precision_{dtype}"
+
+
+def _loss(fields: Mapping[str, Any], seq_lens: tuple[int, ...]) -> tuple[str | None, str | None]:
+    """(None, the note key or None) for ModelZoo's `loss_scaling` and `loss_weight` where they
+    give the loss that runs, the mean over the batch's tokens, else (why, None). Its
+    GPTLMHeadModelLoss (modelzoo/common/pytorch/model_utils/GPTLMHeadModelLoss.py): num_tokens
+    is the sum over the attention mask's tokens / their count, and asserts loss_weight 1.0;
+    batch_size is that sum / the batch's rows x loss_weight, which its params table
+    recommends with gradient accumulation, "generally" at 1/max_sequence_length. Every row
+    here holds its max_sequence_length targets (packed, no padding: `reference.loss_fn`), so
+    batch_size is the token mean x (loss_weight x max_sequence_length): the same loss where
+    that is 1 for each split's length `seq_lens` (hunt 82: refused, though the same)."""
+    scaling, weight = fields.get("loss_scaling", "num_tokens"), fields.get("loss_weight", 1.0)
+    kind = scaling.casefold() if isinstance(scaling, str) else scaling
+    if kind not in ("num_tokens", "batch_size"):
+        return (
+            f"model.loss_scaling {yaml_text(scaling)} is none of ModelZoo's (num_tokens: the "
+            "mean over the batch's tokens, the loss here; batch_size: their sum over the "
+            "batch's rows x loss_weight); give num_tokens, or leave the key out"
+        ), None
+    if not isinstance(weight, int | float) or isinstance(weight, bool) or not weight > 0:
+        return f"model.loss_weight must be a positive number, got {yaml_text(weight)}", None
+    if kind == "num_tokens":
+        if weight == 1.0:
+            return None, None
+        return (
+            f"model.loss_weight {yaml_text(weight)} with loss_scaling num_tokens: ModelZoo "
+            "asserts 1.0 there, and the loss here is the mean over the batch's tokens; give "
+            "1.0 (or loss_scaling batch_size with loss_weight 1/max_sequence_length), or leave "
+            "the key out"
+        ), None
+    off = [n for n in seq_lens if abs(weight * n - 1.0) > LOSS_WEIGHT_RTOL]
+    if not off:
+        return None, "loss_batch_size"
+    n = off[0]
+    return (
+        f"model.loss_scaling batch_size with model.loss_weight {yaml_text(weight)}: ModelZoo's "
+        "loss is the batch's token sum over its rows x loss_weight, and each row here holds "
+        f"max_sequence_length {n} targets (packed, no padding), so it would be the mean over "
+        f"the batch's tokens x {weight * n:.6g}, the loss and its gradients scaled by that; "
+        f"the loss here is that mean: give loss_weight 1/{n} = {1 / n!r}, or loss_scaling "
+        "num_tokens, or leave both out"
+    ), None
+
+
+def _bfloat16_problem(b16: Any, half: Any, name: Any) -> str | None:
+    """The line for ModelZoo 1.x's `use_bfloat16` (`PyTorchBaseModel`: its half type,
+    bfloat16 when true, else float16; ModelZoo 2.x refuses the key for fp16_type) that is no
+    boolean or names another type than `fp16_type` `half` (`name`: its casefold), or None."""
+    if b16 is None:
+        return None
+    if not isinstance(b16, bool):
+        return (
+            f"model.use_bfloat16 must be true or false (ModelZoo 1.x's 16-bit type: true "
+            f"bfloat16, false float16), got {yaml_text(b16)}"
+        )
+    if half is None or (name != "float16") == b16:
+        return None
+    return (
+        f"model.use_bfloat16 {yaml_text(b16)} (ModelZoo 1.x's {'b' * b16}float16) and "
+        f"model.fp16_type {yaml_text(half)} name two 16-bit types; give fp16_type alone "
+        "(ModelZoo 2.x's, which refuses use_bfloat16)"
+    )
 
 
 def _rotary(fields: Mapping[str, Any], base: Any, arch: str) -> tuple[str | None, str | None]:
@@ -322,9 +399,12 @@ def _rotary(fields: Mapping[str, Any], base: Any, arch: str) -> tuple[str | None
     ), None
 
 
-def read_model(fields: Mapping[str, Any], base_of: Callable[[], Any]) -> ModelRead:
+def read_model(
+    fields: Mapping[str, Any], base_of: Callable[[], Any], seq_lens: tuple[int, ...] = ()
+) -> ModelRead:
     """The model section's `fields` read for a model whose preset `base_of()` gives, asked
-    only where it matters (module docstring)."""
+    only where it matters (module docstring); `seq_lens`: the max_sequence_length of each
+    split the run reads (`_loss`)."""
     heads_alone = "n_heads" in fields and "n_kv_heads" not in fields
     if not (MODEL_VALUES & fields.keys() or heads_alone):
         return ModelRead(dict(fields), [], {})
@@ -333,7 +413,7 @@ def read_model(fields: Mapping[str, Any], base_of: Callable[[], Any]) -> ModelRe
     out, lines, notes = dict(fields), [], {}  # lines: (line, the other arch's key and value)
     if heads_alone and (arch == "gpt2" or arch != base.arch):
         out["n_kv_heads"] = fields["n_heads"]
-    said_attention = said_precision = False
+    said_attention = said_precision = said_loss = False
     for key, value in fields.items():
         why, other = None, None
         if key == "nonlinearity":
@@ -348,6 +428,12 @@ def read_model(fields: Mapping[str, Any], base_of: Callable[[], Any]) -> ModelRe
         elif key in _ATTENTION and not said_attention:
             said_attention = True
             why, other = _attention(fields, base, arch, out)
+        elif key in _LOSS:
+            if not said_loss:
+                said_loss = True
+                why, note = _loss(fields, seq_lens)
+                if note:
+                    notes.setdefault(note, []).extend(f"model.{k}" for k in _LOSS if k in fields)
         elif key in _PRECISION:
             if not said_precision:
                 said_precision = True
@@ -397,9 +483,9 @@ def _merged(
 
 
 def model_values(
-    fields: Mapping[str, Any], base_of: Callable[[], Any]
+    fields: Mapping[str, Any], base_of: Callable[[], Any], seq_lens: tuple[int, ...] = ()
 ) -> tuple[dict[str, Any], str | None]:
     """(the model section's `fields` in our keys, None), or (`fields`, the first line why
     not): `read_model`'s."""
-    read = read_model(fields, base_of)
+    read = read_model(fields, base_of, seq_lens)
     return (read.fields, None) if not read.lines else (dict(fields), read.lines[0])

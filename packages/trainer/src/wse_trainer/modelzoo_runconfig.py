@@ -22,7 +22,8 @@ run of its own: `sideband_eval_all`) is `wse_trainer.run.run_eval_all`: a `mode:
 each committed step, `--checkpoint-path <model_dir>/checkpoints/<step>` (hunt 80: it was
 refused, "run --mode eval once per step"). `eval_all_problem(runconfig, steps)` is its line
 for a model_dir whose checkpoints/ holds no step, or a checkpoint_path (one checkpoint: mode
-eval's), else None; asked by `session.check_inputs`, so before JAX is imported.
+eval's), or a `load_checkpoint_states` without the global step (each eval would be recorded
+at step 0: hunt 82), else None; asked by `session.check_inputs`, so before JAX is imported.
 
 ModelZoo's `load_checkpoint_states` (hunt 81: refused as an unknown key, "did you mean
 'checkpoint_steps'?") is `RunConfig.load_checkpoint_states`: the comma-separated components of
@@ -235,6 +236,13 @@ def eval_all_problem(runconfig: Any, steps: list[int]) -> str | None:
             "runconfig.mode eval_all evaluates every checkpoint in model_dir; "
             f"--checkpoint-path {runconfig.checkpoint_path} names one: use --mode eval for it, "
             "or leave --checkpoint-path out"
+        )
+    if steps and not loads_training_state(runconfig.load_checkpoint_states):
+        return (  # hunt 82: an eval of the weights alone is recorded at step 0, as ModelZoo's
+            f"runconfig.mode eval_all with runconfig.load_checkpoint_states "
+            f"{shown(runconfig.load_checkpoint_states)}: each checkpoint's weights would be "
+            "evaluated at step 0 (no global_step loaded, as ModelZoo records them), each "
+            "replacing the one before; leave the key out to record each at its step"
         )
     if steps:
         return None

@@ -1,8 +1,9 @@
 """The optax transform of a run, split the way MemoryX applies it.
 
-`base_transform(cfg, max_steps)` is the per-element part (the schedule and adam/sgd
-moments, weight decay: decoupled for adamw, an L2 term added to the gradient for adam, sgd
-and momentum, as torch's and ModelZoo's `Adam` and `SGD` apply `weight_decay`): MemoryX
+`base_transform(cfg, max_steps)` is the per-element part (the schedule and adam/sgd moments,
+Adam's eps placed as ModelZoo's AdamBase places it unless `eps_placement` asks for optax's
+(`adam_base`), weight decay: decoupled for adamw, an L2 term added to the gradient for adam,
+sgd and momentum, as torch's and ModelZoo's `Adam` and `SGD` apply `weight_decay`): MemoryX
 keeps one optax state of it per weight group (the embedding, each layer, the final norm), so
 applying it group by group as gradients arrive is the same arithmetic as applying it to the
 whole model; clipping by value (`optimizer.max_gradient_value`, ModelZoo's) is per element
@@ -13,7 +14,9 @@ front), used by the plain `jax.grad` reference.
 
 Weight decay skips biases and the LayerNorm / RMSNorm gains and biases (`decays`), as
 ModelZoo's param groups (`common/optim_utils.py`: no decay for names holding "bias" nor for
-norm modules) and HF Trainer's (`get_decay_parameter_names`) do, for every optimizer; the
+norm modules, its RMSNorm among them since 2.8.0; 1.9.1 to 2.7.1 listed torch's norm classes
+alone and decayed a Llama's RMSNorm gains, hunt 82) and HF Trainer's
+(`get_decay_parameter_names`) do, for every optimizer; the
 embeddings, the head and every weight matrix decay (hunt 72: adamw shrank the norm gains and
 biases too). The rule reads a leaf's path, so it holds for any tree MemoryX updates: a group
 (`{"attn_norm": {"scale"}, "attn": {"wq", "bq"}, ...}`), the whole stacked model, a test's.
@@ -41,7 +44,7 @@ import optax
 from wse_trainer.config import ConfigError, OptimizerConfig
 from wse_trainer.memoryx import elementwise
 
-__all__ = ["schedule", "step_rate", "base_transform", "full_transform", "kept_decay",
+__all__ = ["schedule", "step_rate", "base_transform", "full_transform", "adam_base", "kept_decay",
            "kept_note", "started_rate_note", "SCHEDULE_KEYS", "decays"]  # fmt: skip
 
 
@@ -261,17 +264,51 @@ def _clipped(tx: optax.GradientTransformation, value: float) -> optax.GradientTr
     return optax.GradientTransformation(tx.init, update)
 
 
+def adam_base(b1: float, b2: float, eps: float) -> optax.GradientTransformation:
+    """Adam's scaling as ModelZoo's `AdamBase.step` computes it (Cerebras/modelzoo 1.9.1,
+    modelzoo/common/pytorch/optim/AdamBase.py, and cerebras.pytorch 2.x's optim/AdamBase.py,
+    the same lines): `m / (sqrt(v) + eps) * sqrt(1 - b2^t) / (1 - b1^t)`, eps added to the
+    raw sqrt(v) before the bias correction, which is `m_hat / (sqrt(v_hat) + eps /
+    sqrt(1 - b2^t))`: at step 1 with b2 0.999 an eps 31.6x optax's `scale_by_adam`'s, which
+    adds it to sqrt(v_hat) (torch.optim.Adam's form; hunt 82: weights of |g| near eps moved a
+    whole lr here, 0.15 lr under ModelZoo). The moments and the state are
+    `optax.scale_by_adam`'s (`ScaleByAdamState`: count, mu, nu), so a step saved under either
+    form restores under the other; t is the update's 1-based count."""
+    base = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+
+    def update(updates, state, params=None):
+        del params
+        mu = optax.tree_utils.tree_update_moment(updates, state.mu, b1, 1)
+        nu = optax.tree_utils.tree_update_moment_per_elem_norm(updates, state.nu, b2, 2)
+        count = optax.safe_int32_increment(state.count)
+        t = count.astype(jnp.float32)
+        step_size = jnp.sqrt(1.0 - b2**t) / (1.0 - b1**t)  # AdamBase's bias corrections
+        scaled = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps) * step_size, mu, nu)
+        return scaled, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(base.init, update)
+
+
+def _adam_scaling(cfg: OptimizerConfig) -> optax.GradientTransformation:
+    """Adam's per-element scaling in the form `cfg.eps_placement` names: ModelZoo's AdamBase
+    (`adam_base`), or optax's `scale_by_adam` ("optax", torch's form)."""
+    if cfg.eps_placement == "optax":
+        return optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps)
+    return adam_base(cfg.beta1, cfg.beta2, cfg.eps)
+
+
 def _optimizer(cfg: OptimizerConfig, max_steps: int) -> optax.GradientTransformation:
     lr = schedule(cfg, max_steps)
     kind = cfg.optimizer_type
     if kind == "adamw":  # optax.adamw's chain, its decay masked (`_masked_decay`)
         return optax.chain(
-            optax.scale_by_adam(b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps),
+            _adam_scaling(cfg),
             _masked_decay(cfg.weight_decay),
             optax.scale_by_learning_rate(lr),
         )
-    if kind == "adam":
-        return _l2(optax.adam(lr, b1=cfg.beta1, b2=cfg.beta2, eps=cfg.eps), cfg.weight_decay)
+    if kind == "adam":  # optax.adam's chain (its state's shape), weight_decay as L2 (`_l2`)
+        adam = optax.chain(_adam_scaling(cfg), optax.scale_by_learning_rate(lr))
+        return _l2(adam, cfg.weight_decay)
     # momentum 0 is plain SGD, as optax builds it without momentum (no trace to keep)
     momentum = cfg.momentum or None
     return _l2(optax.sgd(lr, momentum=momentum, nesterov=cfg.nesterov), cfg.weight_decay)

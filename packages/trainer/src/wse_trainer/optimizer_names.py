@@ -14,16 +14,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["OPTIMIZER_NAMES", "SCHEDULE_NAMES", "READ_BY", "SCHEDULE_READ_BY", "unused_settings",
-           "scheduler_list", "IN_UNIT", "outside_unit", "default_schedule",
-           "schedule_note"]  # fmt: skip
+__all__ = ["OPTIMIZER_NAMES", "SCHEDULE_NAMES", "EPS_PLACEMENTS", "READ_BY", "SCHEDULE_READ_BY",
+           "unused_settings", "scheduler_list", "IN_UNIT", "outside_unit", "default_schedule",
+           "schedule_note", "eps_note"]  # fmt: skip
 
 # ModelZoo's spellings, any case (hunt 69: `AdamW` was refused, "did you mean 'adam'?")
 OPTIMIZER_NAMES = {n: n for n in ("adamw", "adam", "sgd", "momentum")}
 SCHEDULE_NAMES = {n: n for n in ("constant", "cosine", "linear")} | {"constantlr": "constant",
     "cosinedecay": "cosine", "cosinedecaylr": "cosine", "linearlr": "linear"}  # fmt: skip
+# Where adam's eps meets the second moment (`wse_trainer.optimizer.adam_base`): ModelZoo's
+# AdamBase, or optax's, which torch.optim.Adam and AdamW share (read in any case)
+EPS_PLACEMENTS = {"modelzoo": "modelzoo", "optax": "optax", "torch": "optax"}
 # The settings only some optimizers read (as ModelZoo's), and those that do (`refuse_unused`)
-READ_BY = {**dict.fromkeys(("beta1", "beta2", "eps"), ("adamw", "adam")),
+READ_BY = {**dict.fromkeys(("beta1", "beta2", "eps", "eps_placement"), ("adamw", "adam")),
            **dict.fromkeys(("momentum", "nesterov"), ("sgd", "momentum"))}  # fmt: skip
 # The schedule settings only the decaying schedules read (hunt 70: constant ran with
 # decay_steps and min_learning_rate unsaid); refused when set away from their defaults, so
@@ -64,6 +67,23 @@ def schedule_note(opt: Any) -> str:
         "beside warmup_steps, decay_steps or min_learning_rate (a ModelZoo file's number "
         "learning_rate, with none of them, is a constant rate); give optimizer.lr_schedule "
         "to choose: constant, cosine or linear"
+    )
+
+
+def eps_note(opt: Any) -> str | None:
+    """The line of an adam or adamw run given `eps_placement: optax`: the form that runs and
+    how far it is from ModelZoo's at step 1 (AdamBase's eps, added to sqrt(v) before the bias
+    correction, is eps / sqrt(1 - beta2) on the corrected sqrt(v_hat) there); None for
+    ModelZoo's own form, which runs unsaid, and for sgd."""
+    if opt.optimizer_type not in READ_BY["eps_placement"] or opt.eps_placement != "optax":
+        return None
+    first = opt.eps / (1.0 - opt.beta2) ** 0.5  # AdamBase's eps on sqrt(v_hat) at step 1
+    return (
+        f"note: optimizer.eps_placement optax: {opt.optimizer_type}'s eps={opt.eps:g} is added "
+        "to sqrt(v_hat) after the bias correction (optax's and torch.optim.AdamW's form), not "
+        "to sqrt(v) before it as ModelZoo's AdamBase adds it (there, eps / sqrt(1 - beta2^t) "
+        f"on sqrt(v_hat): {first:.3g} at step 1 with beta2={opt.beta2:g}); leave the key out "
+        "for ModelZoo's form"
     )
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "check_export",
     "check_tokenizer",
     "eval_on_record",
+    "evaluating",
     "nothing_to_train",
     "open_checkpoints",
     "params_on_file",
@@ -80,10 +81,14 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
     if got is not None:
         moved = _restore(s, got, folder / str(start))  # other rows than it indexed: said
         notes += [moved] if moved and not reads else []  # an eval takes no batch of them
+        s.read_from = folder / str(start)
     origin = f"step {start}"
-    if got is not None and not loads_training_state(run_cfg.load_checkpoint_states) and not reads:
+    weights_alone = got is not None and not loads_training_state(run_cfg.load_checkpoint_states)
+    if weights_alone and not reads:
         notes.append(_fresh_note(s, folder / str(start)))
         origin, start = f"step {start}'s weights at step 0", 0  # a fine-tune (ModelZoo's)
+    elif weights_alone:  # hunt 82: ModelZoo's global step, not loaded, stays 0 (`evaluating`)
+        start = 0
     elif got is None and reads:  # as ModelZoo says it (hunt 62: random weights, no word)
         notes.append("No checkpoint was provided. Using randomly initialized model parameters.")
     # steps after the start, and the start step itself when it came from another run's folder
@@ -95,6 +100,24 @@ def open_checkpoints(s: Session) -> tuple[Any, int, list[str]]:
         notes.append(f"starting from {origin}{source}: moved step {step} of {own} to {where}")
     barrier("wse_trainer: checkpoints moved aside")
     return Checkpointer(own, keep=run_cfg.keep_checkpoint_max, read_only=reads), start, notes
+
+
+def evaluating(s: Session, start: int) -> str:
+    """The line of an eval that read checkpoint `s.read_from`, recorded at step `start`:
+    "evaluating checkpoint step 4", or, where `runconfig.load_checkpoint_states` loads no
+    global step, the weights of that step recorded at step 0, as ModelZoo records them
+    (its trainer's global step is set only by a loaded "global_step", 0 otherwise: hunt 82,
+    recorded at step 4 here, the weights alone read unsaid)."""
+    step = s.read_from
+    if step is None or int(step.name) == start:
+        return f"evaluating checkpoint step {start}"
+    states = s.config.runconfig.load_checkpoint_states
+    return (
+        f"evaluating checkpoint step {step.name}'s weights ({step}) at step {start}: "
+        f"runconfig.load_checkpoint_states={states} loads no global_step, so the eval is "
+        f"recorded at step {start}, as ModelZoo records it (its global step is 0 unless "
+        "global_step is loaded); leave the key out to record it at the checkpoint's step"
+    )
 
 
 def _read_start(s: Session, own: Path, steps: list[int]) -> tuple[int, Any, list, Path]:

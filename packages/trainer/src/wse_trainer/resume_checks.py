@@ -116,6 +116,14 @@ def _resolved(model: dict[str, Any], key: str) -> Any:
     return value
 
 
+def _differs(key: str, got: dict[str, Any], want: dict[str, Any]) -> str:
+    """ "head_dim 32 there, 64 here (d_model // n_heads)": a field's values as the models
+    resolve them (hunt 82: a head_dim left out was shown as "None there, None here")."""
+    derived = key == "head_dim" and None in (got.get(key), want.get(key))
+    how = " (d_model // n_heads)" if derived else ""
+    return f"{key} {_resolved(got, key)!r} there, {_resolved(want, key)!r} here{how}"
+
+
 def check_model(
     ours: dict[str, Any], theirs: Any, step: Path, where: str, new: str, strict: bool
 ) -> list[str]:
@@ -126,7 +134,7 @@ def check_model(
     every = [k for k in sorted(set(want) | set(got)) if k != "name" and want.get(k) != got.get(k)]
     diff = every if strict else shaping_diff(want, got)
     if diff:
-        shown = "; ".join(f"{k} {got.get(k)!r} there, {want.get(k)!r} here" for k in diff[:4])
+        shown = "; ".join(_differs(k, got, want) for k in diff[:4])
         other = ""
         if strict and not shaping_diff(want, got):  # a start from it may change them
             other = (

@@ -90,7 +90,13 @@ from wse_trainer.evaluation import eval_note, evaluate, held_accuracy, log_eval,
 from wse_trainer.export import export_hf
 from wse_trainer.layout import describe
 from wse_trainer.predicted import run_lines
-from wse_trainer.resume import eval_on_record, nothing_to_train, open_checkpoints, params_on_file
+from wse_trainer.resume import (
+    eval_on_record,
+    evaluating,
+    nothing_to_train,
+    open_checkpoints,
+    params_on_file,
+)
 from wse_trainer.run_folder import undone_on_error
 from wse_trainer.run_lock import release
 from wse_trainer.save_faults import save_failed
@@ -349,7 +355,7 @@ def _run(config: TrainConfig, spec: WaferSpec, echo: Callable[[str], None] | Non
         for note in result.notes:
             log.line(note)
         if run_cfg.mode == "eval" and result.restored:  # hunt 80: it resumes nothing
-            log.line(f"evaluating checkpoint step {start}" + replaced(log, start))
+            log.line(evaluating(s, start) + replaced(log, start))
         elif start:
             log.line(f"resumed from checkpoint step {start}")
         held = eval_on_record(log, start, s, on_file) if rerun else None

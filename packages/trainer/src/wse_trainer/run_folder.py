@@ -10,8 +10,11 @@ passes.
 `make_model_dir(path)` makes it (with its parents), checks it is writable and locks it for
 the run (`wse_trainer.run_lock`: a second run there is refused naming the first's pid).
 `checkpoint_steps(path)` lists the step folders a `--checkpoint-path` names (cheap, as
-`check_model_dir`). `check_resume(config, model)` reads the meta JSON of the step a run
-would resume (the newest in `<model_dir>/checkpoints`, or `--checkpoint-path`'s) and refuses
+`check_model_dir`). `resumed_step(config)` is the step a run starts from, as
+`resume.open_checkpoints` will pick it: in its own model_dir the newest whose seal holds as
+far as its files' sizes tell (hunt 82: a corrupt newest step, which the run moves aside,
+was the one the notes and checks read). `check_resume(config, model)` reads the meta JSON of
+that step (or `--checkpoint-path`'s) and refuses
 one written for another model, naming the fields: in its own model_dir a train compares
 every field but the name; a `--checkpoint-path` start and an eval compare the fields that
 shape the parameters (`shaping_diff`: hunt 81 refused llama's max_seq_len and rope_theta,
@@ -22,7 +25,8 @@ refused only after the tokenizer): before, the model_dir's steps were moved asid
 "corrupt" and the run started again from step 0, and a `--checkpoint-path` was refused by
 orbax's shape error after the tokenizer was made. It refuses the same way a resume whose
 settings differ from the step's where `RESUMABLE` does not allow it (the optimizer, the
-batch: hunt 64; none where a start loads the weights alone,
+batch: hunt 64; a setting added since a step was saved compared at the value its run ran
+with, `SAVED_BEFORE`; none where a start loads the weights alone,
 `runconfig.load_checkpoint_states: model`, into a fresh optimizer of any type), a step
 folder whose name is not its meta's step (`misnamed`), and a metrics.jsonl that is not JSON
 lines (`wse_trainer.metrics.read_metrics`). A step without a readable meta is left to the
@@ -55,9 +59,11 @@ from wse_trainer.resume_checks import (
 )
 from wse_trainer.run_entries import check_entry, check_inner
 from wse_trainer.run_lock import LOCK_NAME, ModelDirInUse, held, hold, release
+from wse_trainer.seals import SEAL, SEALED_KEY, step_problem
 
 __all__ = ["RUN_ENTRIES", "RESUMABLE", "PARAM_FIELDS", "check_model_dir", "make_model_dir",
            "undone_on_error", "check_resume", "checkpoint_steps", "misnamed", "keep_decay",
+           "resumed_step",
            "resolved", "shaping_diff"]  # fmt: skip
 
 # What a run writes in its model_dir (wse_trainer.metrics, checkpoints, run, session) and
@@ -192,16 +198,37 @@ def _meta(step: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) and isinstance(meta.get("model"), dict) else None
 
 
+def _sound(step: Path, meta: dict[str, Any]) -> bool:
+    """Whether step folder `step` (of meta `meta`) reads back as far as its files tell without
+    orbax: the seal its meta promised is there (`seals.SEALED_KEY`) and lists files there at
+    their sizes (`seals.step_problem` without the digests, which the verified read computes)."""
+    if meta.get(SEALED_KEY) and not (step / SEAL).is_file():
+        return False
+    return step_problem(step, digests=False) is None
+
+
 def _resumed(config: TrainConfig) -> tuple[list[tuple[Path, dict[str, Any]]], str]:
     """The step folders a run may resume with their metas, newest first (those without a
-    readable meta left out), and how to name where they are."""
+    readable meta left out, and in its own model_dir those that are not `_sound`, which
+    `resume.open_checkpoints` moves aside as corrupt: hunt 82, the notes and checks read a
+    step the run then moved aside), and how to name where they are. A --checkpoint-path step
+    that is not sound is refused by the run, naming it."""
     ckpt = config.runconfig.checkpoint_path
     if ckpt:
         steps, where = checkpoint_steps(ckpt), "--checkpoint-path"
     else:
         steps = _steps(Path(config.runconfig.model_dir) / "checkpoints")
         where = f"model_dir {str(config.runconfig.model_dir)!r}"
-    return [(step, meta) for step in steps if (meta := _meta(step)) is not None], where
+    found = [(step, meta) for step in steps if (meta := _meta(step)) is not None]
+    return [(s, m) for s, m in found if ckpt or _sound(s, m)], where
+
+
+def resumed_step(config: TrainConfig) -> int | None:
+    """The step a run of `config` starts from, as `resume.open_checkpoints` will pick it
+    without orbax's read: the newest sound step of its model_dir, or --checkpoint-path's
+    newest; None where there is none (cheap: meta JSON and seals, no digest)."""
+    found, _ = _resumed(config)
+    return int(found[0][0].name) if found else None
 
 
 def misnamed(step: Path, meta: dict[str, Any], where: str) -> str | None:
@@ -293,12 +320,13 @@ def keep_decay(config: TrainConfig) -> tuple[TrainConfig, list[str]]:
     count, saying the first step whose rate that changes (`optimizer.started_rate_note`).
     An eval keeps none."""
     from wse_trainer.modelzoo_runconfig import loads_training_state
-    from wse_trainer.optimizer import kept_decay, kept_note, started_rate_note
 
     run = config.runconfig
     found, where = _resumed(config)
     if not found or run.mode == "eval" or not loads_training_state(run.load_checkpoint_states):
         return config, []  # a fine-tune start (step 0) runs its own schedule
+    from wse_trainer.optimizer import kept_decay, kept_note, started_rate_note  # imports JAX
+
     step, meta = found[0]
     at, saved = f"{where}: checkpoint step {step.name} ({step})", meta.get("config")
     started, opt = bool(run.checkpoint_path), config.optimizer
@@ -348,6 +376,7 @@ def _check_settings(
     theirs = meta.get("config")
     if not isinstance(theirs, dict):  # a step saved before metas held the config
         return
+    theirs = _as_run(theirs)
     ours = json.loads(json.dumps(config.to_dict()))
     diff = []
     for section in sorted(set(ours) & set(theirs) - {"model", "eval_input"}):
@@ -377,6 +406,23 @@ def _check_settings(
         f"({here} here); resume with the same settings ({fix}){tune}, or {new}; runconfig's "
         "max_steps, checkpoint_steps, log_steps and the other cadences may change"
     )
+
+
+# Settings added after runs were saved, at the value those runs ran with (a saved config
+# without the key): hunt 82's eps_placement, whose optax form adam and adamw ran before
+SAVED_BEFORE = {("optimizer", "eps_placement"): ("optax", ("adam", "adamw"))}
+
+
+def _as_run(theirs: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's saved config with the `SAVED_BEFORE` settings it lacks at the value its
+    run ran with, where its optimizer read them: a resume under another is refused as any
+    changed setting is, not run silently."""
+    out = dict(theirs)
+    for (section, key), (value, readers) in SAVED_BEFORE.items():
+        held = out.get(section)
+        if isinstance(held, dict) and key not in held and held.get("optimizer_type") in readers:
+            out[section] = {**held, key: value}
+    return out
 
 
 def _setting(value: Any) -> str:

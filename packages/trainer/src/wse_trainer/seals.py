@@ -18,9 +18,10 @@ from wse_core.host.limits import LIMITS, LimitError
 from wse_core.host.readers import load_json, not_regular, read_text
 from wse_core.host.run_files import SEAL, newest_sealed  # the run folder's names, shared
 
-__all__ = ["SEAL", "newest_sealed", "seal_step", "step_problem"]
+__all__ = ["SEAL", "SEALED_KEY", "newest_sealed", "seal_step", "step_problem"]
 
 _CHUNK_BYTES = 1 << 20
+SEALED_KEY = "wse_sealed"  # in every save's meta: the step is complete only with its seal
 
 
 def _sha256(path: Path) -> str:
@@ -47,12 +48,14 @@ def seal_step(step_dir: Path) -> None:
     os.replace(tmp, step_dir / SEAL)  # a kill leaves the old state or the whole seal
 
 
-def step_problem(step_dir: Path) -> str | None:
+def step_problem(step_dir: Path, *, digests: bool = True) -> str | None:
     """Why the files of a committed step cannot be trusted (one line), or None: every file
-    its seal lists is there with the size and sha256 it was written with. An unsealed step
-    gives None (its restore decides). The seal is read bounded (`wse_core.host.readers`): one
-    that is no regular file, past `file_bytes` or nested past `json_depth` is a problem of
-    the step, as a seal of bad JSON is (the caller falls back to an older step)."""
+    its seal lists is there with the size and sha256 it was written with (`digests` False:
+    the sizes alone, a read of no file's bytes, as the checks before a resume ask it). An
+    unsealed step gives None (its restore decides). The seal is read bounded
+    (`wse_core.host.readers`): one that is no regular file, past `file_bytes` or nested past
+    `json_depth` is a problem of the step, as a seal of bad JSON is (the caller falls back
+    to an older step)."""
     seal = step_dir / SEAL
     if not seal.exists():
         return None
@@ -71,7 +74,7 @@ def step_problem(step_dir: Path) -> str | None:
             return f"{rel} is missing"
         if path.stat().st_size != size:
             return f"{rel} has {path.stat().st_size} bytes where {size} were written"
-        if _sha256(path) != digest:
+        if digests and _sha256(path) != digest:
             return f"{rel} differs from what was written (sha256)"
     return None
 

@@ -8,7 +8,9 @@ Contract. `model_config(config)` (the `model` section's `wse_models.ModelConfig`
 `stream_rows(config, spec, model, plan)` (each streamed unit's no-stall condition,
 `wse_systems.training.stall`) allocate nothing; `wse_trainer.run` re-exports them. `spec`
 is the `WaferSpec` the caller resolved once (the CLI: `runconfig.wafer` or `--spec FILE`).
-`Session(config, spec, echo)` builds what a run holds while it steps: the tokenizer
+`checked_resume(config, model)` checks the step a run starts from and resolves what it
+runs (max_steps, a kept decay), with the notes, cheaply: `Session` and `--validate-only` ask
+it (hunt 82). `Session(config, spec, echo)` builds what a run holds while it steps: the tokenizer
 (`<model_dir>/tokenizer.json` if there, else a BPE trained on the train split, saved by
 process 0), the packed data iterator and (unless `mode: train`) the eval split's rows, each
 split checked against its batch size before anything compiles (a ConfigError; the CPU
@@ -38,13 +40,19 @@ from wse_core.errors import quoted_number
 from wse_core.host.distributed import barrier, is_primary
 from wse_core.hw.spec import WaferSpec
 
-from wse_trainer.config import ConfigError, TrainConfig, number_text, unknown_model_key
+from wse_trainer.config import (
+    ConfigError,
+    TrainConfig,
+    number_text,
+    split_lengths,
+    unknown_model_key,
+)
 from wse_trainer.config_check import check_config
 from wse_trainer.evaluation import EvalMetrics, eval_rows, evaluate, packed_rows
 from wse_trainer.modelzoo_model import model_values
 
 __all__ = ["model_config", "validate", "predict", "stream_rows", "Session", "check_inputs",
-           "fitting_tokenizer", "evaluate", "EvalMetrics"]  # fmt: skip
+           "checked_resume", "fitting_tokenizer", "evaluate", "EvalMetrics"]  # fmt: skip
 
 
 def model_config(config: TrainConfig):
@@ -55,8 +63,9 @@ def model_config(config: TrainConfig):
 
     fields = dict(config.model)
     name = str(fields.pop("preset"))
-    fields, why = model_values(  # ModelZoo's keys read by the model (hunts 76, 80)
-        fields, lambda: wse_models.preset_config(name)
+    lens = split_lengths(config.train_input, config.eval_input, config.runconfig.mode)
+    fields, why = model_values(  # ModelZoo's keys read by the model (hunts 76, 80, 82)
+        fields, lambda: wse_models.preset_config(name), lens
     )
     if why:
         raise ConfigError(why)
@@ -246,6 +255,28 @@ def check_inputs(config: TrainConfig) -> None:
         check_data_dir(config.eval_input, "eval_input")
 
 
+def checked_resume(config: TrainConfig, model: Any) -> tuple[TrainConfig, list[str]]:
+    """(`config` as the run runs it, the notes saying how) from the checks of the step it
+    starts from (`run_folder.resumed_step`: the one `resume.open_checkpoints` resumes, a
+    corrupt newer one left out, hunt 82): max_steps left out is num_steps past that step
+    (hunt 81; a fine-tune start, load_checkpoint_states without the training state, starts
+    from step 0), then the step of another model, optimizer or settings is refused, never
+    moved aside (`run_folder.check_resume`; fields that shape no parameter said, where a start
+    or an eval may change them), and the decay it was trained on kept (`keep_decay`, hunt 70).
+    Cheap (meta JSON and seals, no orbax; JAX imported only where a step's decay is kept):
+    `Session` asks it, and `--validate-only` (hunt 82: it passed a checkpoint the run
+    refused). `model`: the run's `wse_models.ModelConfig`."""
+    from wse_trainer.modelzoo_runconfig import loads_training_state, run_steps
+    from wse_trainer.run_folder import check_resume, keep_decay, resumed_step
+
+    step = resumed_step(config)
+    resumes = loads_training_state(config.runconfig.load_checkpoint_states)
+    config, steps_note = run_steps(config, step if step is not None and resumes else 0)
+    said = check_resume(config, model)
+    config, notes = keep_decay(config)
+    return config, [*([steps_note] if steps_note else []), *said, *notes]
+
+
 def _check_apart(model_dir: Path, name: str, data_dir: str | list[str]) -> None:
     """ConfigError for a model_dir inside a local data folder: the run's files (tokenizer.json,
     metrics.jsonl, hf/) would be read as data (hunt 62: the next run was refused as a
@@ -275,16 +306,10 @@ class Session:
         from wse_trainer.cadence import keep_note, loop_config
         from wse_trainer.data import EOS, BatchIterator, corpus_texts, tokenizer_identity
         from wse_trainer.layout import choose_layout
-        from wse_trainer.modelzoo_runconfig import loads_training_state, run_steps
         from wse_trainer.optimizer import base_transform
         from wse_trainer.overlap import overlap_note
         from wse_trainer.predicted import attention_pairs
-        from wse_trainer.run_folder import (
-            check_resume,
-            checkpoint_steps,
-            keep_decay,
-            make_model_dir,
-        )
+        from wse_trainer.run_folder import make_model_dir
         from wse_trainer.stream import StreamedTrainer
         from wse_trainer.swarmx import check_split
 
@@ -297,18 +322,8 @@ class Session:
             from wse_trainer.checkpoints import resolve_checkpoint
 
             resolve_checkpoint(run_cfg.checkpoint_path)
-        # max_steps left out: num_steps past the step it starts from (hunt 81), before the
-        # checks and the decay that read it; a fine-tune start (load_checkpoint_states
-        # without the training state) starts from step 0
-        found = checkpoint_steps(run_cfg.checkpoint_path or Path(run_cfg.model_dir) / "checkpoints")
-        resumes = loads_training_state(run_cfg.load_checkpoint_states)
-        config, steps_note = run_steps(config, int(found[0].name) if found and resumes else 0)
+        config, notes = checked_resume(config, self.model)  # max_steps, the kept decay
         run_cfg = config.runconfig
-        # another model's step: refused, never moved aside; fields that shape no parameter
-        # said (hunt 81), where a start or an eval may change them
-        said = check_resume(config, self.model)
-        config, notes = keep_decay(config)  # the resumed schedule, never stretched: hunt 70
-        notes = [*([steps_note] if steps_note else []), *said, *notes]
         self.given = config  # saved as given (`settings`), run with its cadences resolved
         config = loop_config(config)  # ModelZoo's 0 and null (`wse_trainer.cadence`)
         self.config, self.notes = config, notes  # said once the log is open
@@ -361,6 +376,7 @@ class Session:
             micro_batch=micro,
         )
         self.plan, self.echo, self.micro_batch = plan, echo, micro
+        self.read_from: Path | None = None  # the step folder restored (`resume`'s)
         self.prediction = predict(config, spec, self.model, memory, self.attention_pairs)
 
     def segments(self, batch: Any, packing: bool) -> Any:

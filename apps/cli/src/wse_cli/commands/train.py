@@ -19,12 +19,13 @@ file's `runconfig` with their values as typed (`-o 'run #1'` is that folder); do
 overrides change any key, their values read as YAML; one key given two values (two overrides,
 or an override and its flag) is refused, as an option given twice is. `--weight-chunks K`
 streams every weight matrix in K column chunks (`runconfig.weight_chunks`; 0: whole layers
-when they fit, else as the SRAM ledger allows). `--validate-only` checks the config and
-prints the memory plan (with the weight chunks and why), the predicted wafer step and
-tokens/s on num_csx systems, and each streamed unit's no-stall condition, without
-allocating anything; it prices what the run will for its mode (hunt 71): the step where it
-trains, the run's own eval-pass line where it evaluates. Heavy packages are imported inside
-the command.
+when they fit, else as the SRAM ledger allows). `--validate-only` checks the config, and the
+checkpoint the run would start from as the run checks it (another model, optimizer or
+settings refused with the run's line; hunt 82), and prints the memory plan (with the weight
+chunks and why), the predicted wafer step and tokens/s on num_csx systems, and each streamed
+unit's no-stall condition, without allocating anything; it prices what the run will for its
+mode (hunt 71): the step where it trains, the run's own eval-pass line where it evaluates.
+Heavy packages are imported inside the command.
 
 `--mode eval_all` (ModelZoo's) evaluates every committed checkpoint of the model_dir in step
 order, each as `--mode eval --checkpoint-path <model_dir>/checkpoints/<step>` does and recorded
@@ -283,13 +284,23 @@ def train(
         fail("--trace writes the predicted training step's per-PE trace; --mode eval trains no "
              "step: use --mode train or train_and_eval")  # fmt: skip
     if validate_only:
-        from wse_trainer.session import check_inputs, predict, validate
+        from wse_trainer.session import (
+            check_inputs,
+            checked_resume,
+            model_config,
+            predict,
+            validate,
+        )
 
         check_inputs(config)  # what the run refuses up front, validation refuses (hunt 65)
         if config.runconfig.mode == "eval_all":  # each step's run is an eval: planned as one
             from wse_trainer.run import as_eval
 
             config = as_eval(config)
+        # hunt 82: a step of another model or optimizer passed here, refused by the run
+        for line in checked_resume(config, model_config(config))[1]:
+            if multiprocess.is_primary():
+                note(line)
 
         model, plan = validate(config, spec)
         _print_plan(console, model, plan, config, spec)
