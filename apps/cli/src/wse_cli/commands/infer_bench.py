@@ -42,7 +42,8 @@ from wse_cli.errors import UserInputError, fail, printable
 from wse_cli.options import number, typed
 from wse_cli.outputs import output_file
 
-# The longest a run's sends may take on average (-n / --request-rate), --timeout-s's top: a day
+# The longest a run's sends may take (its last request goes at -n / --request-rate s, as
+# vLLM's rescaled schedule: `bench_data.arrival_times`), --timeout-s's top: a day
 # (hunt 71: --request-rate 5e-324 waited forever, inf s, for its second request)
 MAX_SEND_SPAN_S = 86_400
 # vLLM's --request-rate inf (its default): every request at once, as leaving it out
@@ -102,7 +103,8 @@ def _base_url(ctx: typer.Context, url: str | None, host: str, port: int) -> str:
 
 
 def _check_span(rate: float, n: int) -> None:
-    """-n requests at `rate` a second must be sent within `MAX_SEND_SPAN_S` on average."""
+    """-n requests at `rate` a second must be sent within `MAX_SEND_SPAN_S` (the last goes at
+    n / rate s)."""
     import math
 
     if (span_s := n / rate) <= MAX_SEND_SPAN_S:
@@ -110,7 +112,7 @@ def _check_span(rate: float, n: int) -> None:
     least = n / MAX_SEND_SPAN_S
     digits = 10.0 ** (math.floor(math.log10(least)) - 2)  # 3 significant, rounded up
     over = f"{span_s:,.0f}" if span_s < 1e15 else f"{span_s:.3g}"  # inf, 3e+300
-    fail(f"--request-rate {rate!r} sends {n:,} request{'s' * (n > 1)} over {over} s on average, "
+    fail(f"--request-rate {rate!r} sends {n:,} request{'s' * (n > 1)} over {over} s, "
          f"past a day ({MAX_SEND_SPAN_S:,} s); give at least "
          f"{math.ceil(least / digits) * digits:.3g} requests/s, or fewer requests")  # fmt: skip
 
@@ -246,8 +248,8 @@ def bench(
         metavar="<float|inf>",
         help="Send requests at this rate, gamma gaps (--burstiness) as vLLM's bench; inf "
         "(vLLM's default) or left out: all at once, at most --concurrency in flight. -n "
-        "requests at this rate must take at most a day on average. (inf, or a finite number "
-        "in (0, 1000000.0] (requests/s))",
+        "requests at this rate must take at most a day (the last is sent at -n / rate s, as "
+        "vLLM's). (inf, or a finite number in (0, 1000000.0] (requests/s))",
     ),
     burstiness: float = number(  # hunt 71: 5e-324 was a ZeroDivisionError traceback
         1.0,

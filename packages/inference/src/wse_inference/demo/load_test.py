@@ -52,9 +52,10 @@ carried text (each is at least one token). `errors` lists each distinct reason o
 five). No completion's text is kept (hunt 69: each was, to the end of the run, and never read:
 1.1 GB for 1,000 requests of 1 MB).
 
-Arrivals (`request_rate`, `burstiness`, `seed`): vLLM's, `bench_data.arrival_times`; a request
-whose time has come waits for a free slot of `concurrency` (vLLM's `--max-concurrency`) and
-is timed from its send.
+Arrivals (`request_rate`, `burstiness`, `seed`): vLLM's, `bench_data.arrival_times` (the last
+request sent at num_requests / request_rate s, whatever the seed); a request whose time has
+come waits for a free slot of `concurrency` (vLLM's `--max-concurrency`) and is timed from
+its send.
 
 `api_key`: sent as `Authorization: Bearer <key>` (as vLLM's bench sends OPENAI_API_KEY); it
 is never part of a result, an error or the config's repr.
@@ -322,12 +323,12 @@ async def _run(cfg: LoadTestConfig) -> tuple[Tally, float, str, dict]:
         # num_requests tasks up front (hunt 58b: 1.5 GB for -n 1,000,000); each result goes
         # into the tally and is dropped
         todo, tally = iter(range(cfg.num_requests)), Tally()
-        sends = arrival_times(cfg.request_rate, cfg.burstiness, cfg.seed)
+        sends = arrival_times(cfg.request_rate, cfg.burstiness, cfg.seed, cfg.num_requests)
 
         async def worker() -> None:
             for i in todo:
                 req = sample.request(i)  # made when sent: a dataset's prompts are not kept
-                if (wait := t0 + next(sends) - time.perf_counter()) > 0:
+                if (wait := t0 + sends[i] - time.perf_counter()) > 0:
                     await asyncio.sleep(wait)  # its time has not come (--request-rate)
                 tally.add(await _one(client, cfg, model, req, t0), req.prompt_len)
 
