@@ -312,8 +312,13 @@ def test_the_files_sampling_settings_are_read_as_vllm_reads_them(tmp_path):
 
 def test_a_request_gets_the_files_defaults_where_it_sets_none():
     defaults = {"temperature": 0.0, "top_k": 1, "top_p": 0.5, "max_tokens": 3}
-    s = _parse({"prompt": "abc"}, ByteTokenizer(), sampling_defaults=defaults).sampling
+    chat = {"messages": [{"role": "user", "content": "abc"}]}
+    s = _parse(chat, ByteTokenizer(), "chat", sampling_defaults=defaults).sampling
     assert (s.temperature, s.top_k, s.top_p, s.max_tokens) == (0.0, 1, 0.5, 3)
+    # /v1/completions: vLLM's CompletionRequest max_tokens 16 comes before the file's (its
+    # get_max_tokens reads the file's for a None only; hunt 82: 3 here)
+    s = _parse({"prompt": "abc"}, ByteTokenizer(), sampling_defaults=defaults).sampling
+    assert (s.temperature, s.top_k, s.top_p, s.max_tokens) == (0.0, 1, 0.5, 16)
     own = {"prompt": "abc", "temperature": 0.7, "top_k": 0, "top_p": 1.0, "max_tokens": 9}
     s = _parse(own, ByteTokenizer(), sampling_defaults=defaults).sampling
     assert (s.temperature, s.top_k, s.top_p, s.max_tokens) == (0.7, 0, 1.0, 9)
@@ -332,16 +337,19 @@ def test_the_server_applies_them_and_says_so(monkeypatch):
     assert server_defaults(MockEngine()) == {}
     server = Server(engine, ServeConfig(port=0)).start()
     try:
-        body = {"model": "mock", "prompt": "abc"}
-        r = httpx.post(f"{server.http_url}/v1/completions", json=body, timeout=30)
+        body = {"model": "mock", "messages": [{"role": "user", "content": "abc"}]}
+        r = httpx.post(f"{server.http_url}/v1/chat/completions", json=body, timeout=30)
+        done = httpx.post(f"{server.http_url}/v1/completions", json={"prompt": "abc"}, timeout=30)
     finally:
         server.close()
     assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["text"] == "def"  # the mock: each next byte; 61 before
+    assert r.json()["choices"][0]["message"]["content"] == ";<="  # the mock: after ":"; 61 before
     assert r.json()["usage"]["completion_tokens"] == 3
+    assert done.json()["usage"]["completion_tokens"] == 16  # vLLM's completions default
     assert said[-1] == (
         "note: generation_config.json's sampling defaults apply where a request leaves a "
-        "setting out: max_tokens 3 (vLLM's --generation-config auto)"
+        "setting out (max_tokens on chat and gRPC; /v1/completions' stays 16, as vLLM's): "
+        "max_tokens 3 (vLLM's --generation-config auto)"
     )
 
 

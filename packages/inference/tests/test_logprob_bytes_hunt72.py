@@ -8,14 +8,16 @@ Broken before, with a Llama-2 / Mistral tokenizer (byte fallback, "<0xXX>" token
    run of "<0xXX>" that is no UTF-8 as one U+FFFD per byte, head and all. A prompt ending in
    Korean bytes turned a Chinese answer's text into U+FFFDs the same way (`TextStream`);
 2. an answer cut at "length" inside a character after byte-spelled text: '안녕' + "<0xEC>"
-   was '안녕���', a prompt's "中" then "<0xE4>" '���', and the tokens no longer joined to it.
+   was '안녕���', a prompt's "中" then "<0xE4>" '���', and the tokens no longer joined to it
+   (hunt 82: the unfinished character is now dropped, '안녕', as vLLM's detokenizer drops it).
 
 Oracle: Python's UTF-8 codec. vLLM's rule (PRs #28874, #34875) makes a token's text what it
 completes: exactly what `codecs`' incremental decoder returns for its own bytes, fed in order
 (the tokens of a split character "" until the last, which is the character); at "length" the
-bytes it still holds are what transformers' decode of the same tokenizer.json makes of their
-tokens alone (ByteFallback: one U+FFFD per byte, as hunt 71's test has it), appended to the
-last token; the decoder's `Strip(" ", 1, 0)` drops the answer's first space when no text
+bytes it still holds are dropped, from the text and the last tokens' texts alike (vLLM's
+detokenizer emits nothing while its text ends in U+FFFD and flushes nothing at the finish;
+its logprobs' `_correct_decoded_token` is "" for a sequence "genuinely incomplete"); the
+decoder's `Strip(" ", 1, 0)` drops the answer's first space when no text
 precedes it. The texts join to the answer's text (transformers' decode too where no character
 is cut); streamed chunks (random chunkings) give the whole answer's tokens, offsets and text.
 """
@@ -83,12 +85,11 @@ def spell(text: str) -> list[int]:
     return [ID[f"<0x{b:02X}>"] for b in text.encode()]
 
 
-def expected(fast, prompt: list[int], ids: list[int], cut: bool) -> tuple[list[str], str]:
-    """vLLM's texts from Python's incremental UTF-8 decoder, and the answer's text."""
+def expected(prompt: list[int], ids: list[int]) -> tuple[list[str], str]:
+    """vLLM's texts from Python's incremental UTF-8 decoder (the bytes it still holds at the
+    end: no text), and the answer's text."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     texts = [decoder.decode(own(t)) for t in ids]
-    if held := len(decoder.getstate()[0]) if cut else 0:  # one byte a token in these tests
-        texts[-1] += fast.decode(ids[-held:], skip_special_tokens=True)
     if not b"".join(map(own, prompt)):  # no text before it: the decoder's Strip(" ", 1, 0)
         first = next((i for i, x in enumerate(texts) if x), None)
         if first is not None and texts[first].startswith(" "):
@@ -103,22 +104,19 @@ def request(prompt: list[int]):
     )
 
 
-def answer(tokenizer, prompt, ids, chunks, finish):
+def answer(tokenizer, prompt, ids, chunks):
     """(tokens, text_offset, text) of the whole answer, and of the answer streamed in
     `chunks` as `serve.generation` streams it (`previous`, the offset carried on)."""
     lps = [TokenLogprob(t, -1.0, ((t, -1.0),)) for t in ids]
     p = request(prompt)
-    whole, _ = logprobs_and_end(p, lps, tokenizer, finish_reason=finish)
+    whole, _ = logprobs_and_end(p, lps, tokenizer)
     stream = TextStream(tokenizer, prompt_ids=prompt)
     text = stream.push(ids)[0] + stream.flush()
     pieces = TextStream(tokenizer, prompt_ids=prompt)
     tokens, offsets, streamed, at, offset = [], [], "", 0, 0
     for size in chunks:
         part = lps[at : at + size]
-        body, offset = logprobs_and_end(
-            p, part, tokenizer, text_offset=offset, previous=ids[:at],
-            finish_reason=finish if at + size == len(ids) else None,
-        )  # fmt: skip
+        body, offset = logprobs_and_end(p, part, tokenizer, text_offset=offset, previous=ids[:at])
         tokens += body["tokens"]
         offsets += body["text_offset"]
         streamed += pieces.push([x.token for x in part])[0]
@@ -127,9 +125,9 @@ def answer(tokenizer, prompt, ids, chunks, finish):
     return (whole["tokens"], whole["text_offset"], text), (tokens, offsets, streamed)
 
 
-def check(tokenizer, fast, prompt, ids, chunks, cut):
-    texts, text = expected(fast, prompt, ids, cut)
-    whole, streamed = answer(tokenizer, prompt, ids, chunks, "length" if cut else "stop")
+def check(tokenizer, prompt, ids, chunks):
+    texts, text = expected(prompt, ids)
+    whole, streamed = answer(tokenizer, prompt, ids, chunks)
     assert whole == (texts, [len("".join(texts[:i])) for i in range(len(texts))], text)
     assert streamed == whole
 
@@ -141,26 +139,29 @@ def check(tokenizer, fast, prompt, ids, chunks, cut):
 )  # fmt: skip
 def test_characters_in_a_row_are_empty_then_the_character(tokenizer, fast, prompt, text):
     ids = spell(text)
-    check(tokenizer, fast, prompt, ids, [len(ids)], cut=False)
-    check(tokenizer, fast, prompt, ids, [1] * len(ids), cut=False)
+    check(tokenizer, prompt, ids, [len(ids)])
+    check(tokenizer, prompt, ids, [1] * len(ids))
     assert fast.decode(prompt + ids, skip_special_tokens=True).endswith(text)
 
 
 @pytest.mark.parametrize(
     "prompt, ids, text",
-    [([BOS], [*spell("안녕"), ID["<0xEC>"]], "안녕\ufffd"),
-     ([BOS, *spell("中")], [ID["<0xE4>"]], "\ufffd"),
-     ([BOS, ID["▁hello"]], [*spell("😊"), *spell("😊")[:3]], "😊" + "\ufffd" * 3),
-     ([PAD], [ID["<0x20>"], ID["<0xC3>"]], "\ufffd")],  # the first space: Strip(" ", 1, 0)
+    [([BOS], [*spell("안녕"), ID["<0xEC>"]], "안녕"),
+     ([BOS, *spell("中")], [ID["<0xE4>"]], ""),
+     ([BOS, ID["▁hello"]], [*spell("😊"), *spell("😊")[:3]], "😊"),
+     ([PAD], [ID["<0x20>"], ID["<0xC3>"]], "")],  # the first space: Strip(" ", 1, 0)
 )  # fmt: skip
-def test_an_answer_cut_inside_a_character_ends_in_its_bytes_alone(
-    tokenizer, fast, prompt, ids, text
-):
-    """The held bytes decoded alone: one U+FFFD per byte (ByteFallback), never the characters
-    before them turned into U+FFFDs too ('안녕' + "<0xEC>" was '안녕���')."""
-    assert expected(fast, prompt, ids, cut=True)[1] == text
-    check(tokenizer, fast, prompt, ids, [len(ids)], cut=True)
-    check(tokenizer, fast, prompt, ids, [1] * len(ids), cut=True)
+def test_an_answer_cut_inside_a_character_ends_before_it(tokenizer, fast, prompt, ids, text):
+    """The held bytes dropped, as vLLM's (hunt 82: one U+FFFD per byte, ByteFallback's, ended
+    the text), never the characters before them turned into U+FFFDs ('안녕' + "<0xEC>" was
+    '안녕���'); the text is transformers' decode of the tokens before the character's."""
+    assert expected(prompt, ids)[1] == text
+    whole = [i for i, t in enumerate(ids) if own(t)[0] < 0x80 or own(t)[0] >= 0xC0][-1]
+    cut = prompt + ids[:whole]  # the tokens before the unfinished character's lead byte
+    plain = lambda ids: fast.decode(ids, skip_special_tokens=True)  # noqa: E731
+    assert plain(cut)[len(plain(prompt)) :] == text
+    check(tokenizer, prompt, ids, [len(ids)])
+    check(tokenizer, prompt, ids, [1] * len(ids))
 
 
 @pytest.mark.parametrize(
@@ -174,7 +175,7 @@ def test_a_stray_byte_stays_in_the_window_of_the_character_after_it(tokenizer, f
     text = fast.decode(prompt + ids)[len(fast.decode(prompt)) :]
     assert text == "\ufffd" * len(ids)
     for chunks in ([len(ids)], [1] * len(ids)):
-        whole, streamed = answer(tokenizer, prompt, ids, chunks, "stop")
+        whole, streamed = answer(tokenizer, prompt, ids, chunks)
         assert "".join(whole[0]) == whole[2] == text and streamed == whole
 
 
@@ -198,7 +199,7 @@ def test_random_valid_text_whole_and_streamed(tokenizer, fast):
         while left:
             chunks.append(rng.randint(1, left))
             left -= chunks[-1]
-        check(tokenizer, fast, rng.choice(prompts), ids, chunks, cut)
+        check(tokenizer, rng.choice(prompts), ids, chunks)
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +215,7 @@ def paced(tokenizer):
 
 def test_the_served_answer_whole_and_streamed(paced, fast):
     body = {"model": "mock", "prompt": [BOS, Q], "max_tokens": 11, "logprobs": 1}
-    texts, text = expected(fast, [BOS, Q], [ID[n] for n in SEQ], cut=False)
+    texts, text = expected([BOS, Q], [ID[n] for n in SEQ])
     url = f"{paced.http_url}/v1/completions"
     whole = httpx.post(url, json=body, timeout=30).json()["choices"][0]
     assert whole["text"] == text == "中国😊 the"

@@ -20,6 +20,7 @@ chat's prompt ids, the whole answer for the stream); the VERSION file read direc
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import math
@@ -83,8 +84,10 @@ def _refusal(server, route: str, body: dict) -> str:
 # -- hole 1: a chunk for every step that made tokens --------------------------------------------
 def _answer_text(prompt_ids: list[int], made: list[int], stop: str | None) -> str:
     """The answer's text by Python's own UTF-8 decoder (the mock's tokens are bytes): the
-    whole decode past the prompt's, cut before the stop string."""
-    text = bytes(prompt_ids + made).decode("utf-8", "replace")
+    whole decode past the prompt's, cut before the stop string; a character left unfinished
+    at the end is not text, as vLLM's (the incremental decoder, not final, holds it; hunt 82:
+    its U+FFFD ended the answer)."""
+    text = codecs.getincrementaldecoder("utf-8")("replace").decode(bytes(prompt_ids + made))
     text = text[len(bytes(prompt_ids).decode("utf-8", "replace")) :]
     return text if stop is None else text[: text.index(stop)]
 

@@ -397,7 +397,7 @@ class SequenceTracker:
         elif len(self.tokens) >= s.max_tokens:
             self.finish_reason = "length"
             if s.stop and self.tokenizer is not None and self._flush():
-                self.finish_reason = "stop"  # in the end held back: a last U+FFFD, final now
+                self.finish_reason = "stop"  # held to the end: bytes no UTF-8, final now
         return self.finish_reason
 
     def visible_text(self) -> str:

@@ -17,7 +17,10 @@ they were ignored, so a model whose file says greedy with 3 new tokens sampled 3
 temperature 1, and the server sampled to the end of the context). `cli_settings(folder,
 **given)` fills the settings a command line left as None: the file's, else `CLI_DEFAULTS`,
 saying once which the file gave. `server_defaults(engine)` are the defaults of the model an
-engine serves (its `LoadedModel.sampling_defaults`; {} for a mock), said once at start.
+engine serves (its `LoadedModel.sampling_defaults`; {} for a mock), said once at start: the
+server applies the file's max_new_tokens to chat and gRPC, never to /v1/completions, whose
+max_tokens left out is 16 (vLLM's CompletionRequest default, which its `get_max_tokens`
+takes before the file's).
 """
 
 from __future__ import annotations
@@ -122,5 +125,8 @@ def server_defaults(engine: Any) -> dict[str, Any]:
     """The sampling defaults of the model `engine` serves, said once (vLLM logs them too)."""
     model = getattr(engine, "model", None) or getattr(engine, "target", None)
     defaults = dict(getattr(model, "sampling_defaults", None) or {})
-    say_once(applied_line(defaults, "apply where a request leaves a setting out"))
+    what = "apply where a request leaves a setting out"
+    if "max_tokens" in defaults:  # vLLM's CompletionRequest default of 16 comes first
+        what += " (max_tokens on chat and gRPC; /v1/completions' stays 16, as vLLM's)"
+    say_once(applied_line(defaults, what))
     return defaults

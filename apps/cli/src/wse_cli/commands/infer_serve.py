@@ -19,7 +19,9 @@ is vLLM's (`chat_template.CONTENT_FORMATS`); the template is rendered on a sampl
 for several keys; else $WSE_API_KEY, this stack's spelling of vLLM's VLLM_API_KEY) is vLLM's:
 every request to /v1/*, /tokenize, /detokenize and gRPC's Generate must carry one as a Bearer
 token (`wse_inference.serve.api_keys`); a key a client could not send (empty, a space, not
-ASCII) is refused at parsing, never echoed.
+ASCII) is refused at parsing, never echoed. --served-model-name takes several names, as vLLM's
+(nargs="+": the names after it are the command's arguments, `_model_names`): requests may name
+any, /v1/models lists each, answers and /metrics name the first.
 """
 
 from __future__ import annotations
@@ -83,6 +85,23 @@ def _served_name(value: str | None) -> str | None:
         # surrogate-escaped: /v1/models answered 500
         raise UserInputError(f"--served-model-name {value!r} must be printable UTF-8 text")
     return value
+
+
+def _served_names(values: list[str] | None) -> tuple[str, ...]:
+    """--served-model-name's names (the option repeated), each checked (`_served_name`)."""
+    return tuple(_served_name(v) for v in values or ())
+
+
+def _model_names(given: tuple[str, ...] | None, more: list[str] | None) -> tuple[str, ...]:
+    """vLLM's `--served-model-name a b` (nargs="+"): the names after the option come as the
+    command's arguments (`more`), checked as the option's; each once, in order (the first is
+    the one reported). An argument without the option is one line."""
+    from wse_core.errors import shown
+
+    if more and not given:
+        fail(f"unexpected argument {shown(more[0])}: serve takes options, and more "
+             "--served-model-name names after it, e.g. --served-model-name a b")  # fmt: skip
+    return tuple(dict.fromkeys([*(given or ()), *(_served_name(v) for v in more or ())]))
 
 
 def _chat_template(value: str | None) -> str | None:
@@ -258,11 +277,22 @@ def serve(
         help="Compile every program a request runs (decode, admission under load, penalties, "
         "logprobs) with warm-up requests before serving.",
     ),
-    served_model_name: str = typer.Option(
+    served_model_name: list[str] = typer.Option(
         None,
         "--served-model-name",
-        callback=_served_name,
-        help=f"Model name clients use (default: engine's; at most {MAX_NAME_CHARS} characters).",
+        callback=_served_names,
+        show_default=False,
+        metavar="NAME",
+        help="Model name clients use (default: engine's; at most "
+        f"{MAX_NAME_CHARS} characters). As vLLM's, it takes several (--served-model-name a b, "
+        "or the option repeated): requests may name any, and /v1/models lists each; answers "
+        "and /metrics name the first.",
+    ),
+    more_names: list[str] = typer.Argument(
+        None,
+        show_default=False,
+        metavar="[NAME]...",
+        help="More --served-model-name names, after it (vLLM's --served-model-name a b).",
     ),
     chat_template: str = typer.Option(
         None, "--chat-template", help="Jinja chat template (a file, or the template itself)."
@@ -338,7 +368,7 @@ def serve(
     from wse_inference.serve.app import serve as run_server
     from wse_inference.serve.cors import CorsConfig
 
-    names = (served_model_name,) if served_model_name else ()
+    names = _model_names(served_model_name, more_names)
     config = ServeConfig(
         host=host,
         port=port,

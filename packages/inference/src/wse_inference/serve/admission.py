@@ -20,7 +20,9 @@ One validator for both front ends, in the order a request meets it:
 3. after tokenization, `check_request` (in `Scheduler.submit`): an empty prompt, token ids
    outside the vocabulary, max_tokens <= 0, a prompt + max_tokens beyond the context window
    (vLLM's wording, `context_length_message`), and `check_sampling` again for callers that
-   submit directly.
+   submit directly; for a request that names no max_tokens, before its output is sized to the
+   rest of the context, `check_prompt_fits` (a prompt alone as long as the context, in vLLM's
+   words for that case: no completion counted).
 
 - `InvalidRequestError` (HTTP 400 / gRPC INVALID_ARGUMENT): any of the above. Requests are
   never silently truncated. `ModelNotFoundError`, a model name not served, is OpenAI's and
@@ -60,6 +62,7 @@ __all__ = [
     "check_sampling",
     "seed_of",
     "encode_prompt",
+    "check_prompt_fits",
     "check_request",
     "context_length_message",
     "shown_int",
@@ -223,14 +226,37 @@ def seed_of(seed: int | None) -> int | None:
     return None if seed == UNSEEDED else seed
 
 
-def context_length_message(max_context: int, prompt_tokens: int, completion_tokens: int) -> str:
-    """vLLM's wording for a request that does not fit in the context window."""
+def context_length_message(
+    max_context: int, prompt_tokens: int, completion_tokens: int | None
+) -> str:
+    """vLLM's wording for a request that does not fit in the context window
+    (`OpenAIServing._validate_input`, vllm/entrypoints/openai/serving_engine.py);
+    `completion_tokens` None: the request named no max_tokens, its prompt alone too long."""
+    if completion_tokens is None:  # vLLM's `max_tokens is None` branch, its words and comma
+        return (
+            f"This model's maximum context length is {max_context} tokens. However, you "
+            f"requested {prompt_tokens} tokens in the messages, Please reduce the length of the "
+            "messages."
+        )
     return (
         f"This model's maximum context length is {max_context} tokens. However, you requested "
         f"{prompt_tokens + completion_tokens} tokens ({prompt_tokens} in the messages, "
         f"{completion_tokens} in the completion). Please reduce the length of the messages or "
         "completion."
     )
+
+
+def check_prompt_fits(prompt_tokens: int, max_context: int, *, param: str) -> None:
+    """A request that names no max_tokens (its output the rest of the context, at least one
+    token) whose prompt alone fills the context: vLLM's 400 for `max_tokens is None` and
+    `token_num >= max_model_len`, which counts no completion (hunt 82: "N + 1 tokens (N in the
+    messages, 1 in the completion)", the 1 being the server's own filler)."""
+    if prompt_tokens >= max_context:
+        raise InvalidRequestError(
+            context_length_message(max_context, prompt_tokens, None),
+            param=param,
+            code="context_length_exceeded",
+        )
 
 
 def check_sampling(sampling: SamplingParams, *, n: int = 1, limits: RequestLimits) -> None:

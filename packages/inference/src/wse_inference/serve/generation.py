@@ -155,7 +155,6 @@ class Generation:
                     lps[i],
                     self.tokenizer,
                     prompt=prompt[i],
-                    finish_reason=finals[i].finish_reason,
                 ),
                 stop_reason=finals[i].stop_reason,
                 token_ids=ids[i],
@@ -169,8 +168,10 @@ class Generation:
         )
 
     def _echo(self) -> str:
-        """The prompt's text when the request asked for it back (echo), else ''."""
-        return self.tokenizer.decode(self.p.prompt_ids) if self.p.echo else ""
+        """The prompt's text when the request asked for it back (echo: `echo_text`, the
+        request's own string as vLLM's; hunt 82: its ids decoded without special tokens), else
+        ''."""
+        return self.p.echo_text if self.p.echo else ""
 
     def _shown(self, ev: StreamEvent) -> StreamEvent:
         """`ev` as the answer shows it: with echo and max_tokens 0 (`echo_only`) the token made
@@ -243,7 +244,6 @@ class Generation:
                         text_offset=offset[i],
                         prompt=scored,
                         previous=sampled[i],
-                        finish_reason=ev.finish_reason,
                     )
                     sampled[i] += [x.token for x in ev.logprobs or ()]
                     text, echo[i] = echo[i] + ev.text, ""

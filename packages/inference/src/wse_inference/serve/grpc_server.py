@@ -49,6 +49,7 @@ from wse_inference.serve.admission import (
     QueueFullError,
     RequestLimits,
     ShuttingDownError,
+    check_prompt_fits,
     check_sampling,
     seed_of,
 )
@@ -242,7 +243,8 @@ class _Generation(pb2_grpc.GenerationServicer):  # type: ignore[name-defined]
                                              defaults=self.defaults)  # fmt: skip
             check_sampling(sampling, limits=self.limits)  # before anything is tokenized
             ids = self._prompt_ids(req)
-            if not req.HasField("max_tokens"):  # the rest of the context (at least one)
+            if not req.HasField("max_tokens"):  # the rest of the context: is there any?
+                check_prompt_fits(len(ids), max_context, param="prompt")  # as HTTP's, vLLM's
                 sampling = sampling_from_request(req, prompt_len=len(ids), max_context=max_context,
                                                  defaults=self.defaults)  # fmt: skip
             handle = self.scheduler.submit(prompt_ids=ids, sampling=sampling, sink=sink)

@@ -7,8 +7,10 @@ alternatives: `/v1/completions` takes `logprobs: k` and answers {tokens, token_l
 top_logprobs (per token a {token: logprob} dict of the k most likely and the chosen token:
 with k = 0 the chosen token alone, as vLLM's `_create_completion_logprobs` keeps it; hunt 73:
 it was null), text_offset}; with `echo: true` the text starts with the prompt and the
-logprobs with the prompt's tokens (the first one's null), which is how lm-evaluation-harness'
-local-completions scores loglikelihoods; `/v1/chat/completions` takes `logprobs: true` and
+logprobs with the prompt's tokens (the first one's null; the special tokens the echoed text
+spells written out, "<|im_start|>", as vLLM decodes a prompt's tokens, those the tokenizer
+added to a text prompt, its BOS, ""), which is how lm-evaluation-harness' local-completions
+scores loglikelihoods; `/v1/chat/completions` takes `logprobs: true` and
 `top_logprobs: k` and answers {content: [{token, logprob, bytes, top_logprobs: [{token,
 logprob, bytes}] x k}]}. Streamed chunks carry their tokens'.
 A token's text is `tokenizer.decode([id])` with the leading spaces of its own bytes that the
@@ -20,7 +22,7 @@ decode, as the text has it ("hello", no space), so the texts join to the text. T
 that split one UTF-8 character (Llama-2's "<0xF0><0x9F><0x98><0x8A>") are "", "", "", "😊"
 as in vLLM, the last decoded after the sampled tokens before it (from a character's first
 byte: hunt 72), in a stream those of earlier chunks too (`_TokenTexts`; hunt 71: four
-U+FFFD), an alternative after those before its position; one cut at "length", its bytes.
+U+FFFD), an alternative after those before its position; one cut at "length", "" (vLLM's).
 A token's `bytes` are its own (`serve.token_bytes`: 0x80 is [128], not U+FFFD's [239, 191,
 189]); logprobs are clamped at -9999.0 as vLLM's are, and a NaN one (weights that overflow at
 run time) is null, never a number. Tokens whose texts are the same (bytes 0x80..0xBF after a
@@ -40,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from wse_inference.engine import Tokenizer, TokenLogprob
+from wse_inference.hf_tokenizer import ids_text
 from wse_inference.serve.openai_request import ParsedRequest
 from wse_inference.serve.token_bytes import character_start, token_bytes, unfinished_tail
 
@@ -72,7 +75,6 @@ def logprobs_and_end(
     text_offset: int = 0,
     prompt: Sequence[TokenLogprob | None] | None = None,
     previous: Sequence[int] = (),
-    finish_reason: str | None = None,
 ) -> tuple[dict | None, int]:
     """(the `logprobs` of a choice, or a streamed chunk's choice, for these tokens: None when
     the request did not ask; where the next chunk's tokens start: `text_offset` plus the
@@ -80,19 +82,21 @@ def logprobs_and_end(
     completion (the length of the text already sent, for a stream). `prompt` (echo): the
     prompt's own logprobs come first, the first token's null as in vLLM and OpenAI.
     `previous`: the ids generated before these (a stream's earlier chunks): a character they
-    left unfinished is these tokens' text. `finish_reason`: the answer's, when these tokens
-    end it: at "length" its text holds a character left unfinished (U+FFFD), and so does its
-    last token's; a stop drops it from the text. A stream advances by the texts, not by the
+    left unfinished is these tokens' text. A character the answer ends in unfinished (cut at
+    "length") is in neither its text nor its tokens' (vLLM's; hunt 82: both ended in its
+    U+FFFD). A stream advances by the texts, not by the
     `tokens` it shows (hunt 71: with `return_tokens_as_token_ids` it advanced 12 a token, by
     "token_id:N")."""
     if p.sampling.logprobs is None or logprobs is None:
         return None, text_offset
     k = p.sampling.logprobs
     texts = _TokenTexts(tokenizer)
-    scored = _scored([(x.token, x) for x in logprobs], previous, finish_reason == "length")
+    scored = _scored([(x.token, x) for x in logprobs], previous, False)  # what ends unfinished: ""
     if prompt is not None:  # the echoed prompt's text is whole: its last character too
         echoed = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
-        scored[:0] = _scored(echoed, (), True)
+        lead, trail = p.echo_added  # special tokens the text does not spell (a BOS added)
+        scored[:0] = [s._replace(spelled=lead <= i < len(echoed) - trail)
+                      for i, s in enumerate(_scored(echoed, (), True))]  # fmt: skip
 
     def name(s: _Scored, t: int) -> str:
         return f"token_id:{t}" if p.tokens_as_ids else texts.text(s, t)
@@ -110,7 +114,9 @@ def logprobs_and_end(
             ]
         }, text_offset
     words = [texts.text(s, s.token) for s in scored]
-    if text_offset == 0:  # no text before these tokens in the answer: the decoder's strip
+    first = next((s for s, w in zip(scored, words, strict=True) if w), None)
+    if text_offset == 0 and not (first and texts.written(first)):  # no text before these
+        # tokens in the answer (a special token the echo writes out is text): the decoder's strip
         before = () if prompt is not None else [*p.prompt_ids, *previous]  # echo: its text
         ids = [s.token for s in scored if not texts.held_end(s)]  # U+FFFD: no space to strip
         _first_text_in_context(tokenizer, before, ids, words)
@@ -143,7 +149,8 @@ class _Scored(NamedTuple):
     token: int
     logprob: TokenLogprob | None  # None: an echoed prompt's first token
     prior: tuple[int, ...]  # the answer's tokens before it (the last 3 x _CHAR_TOKENS)
-    last: bool  # it ends the text, which holds a character it leaves unfinished as U+FFFD
+    last: bool  # it ends an echoed prompt's text, which holds a character left unfinished
+    spelled: bool = False  # an echoed prompt's token its text spells: a special one written out
 
 
 def _scored(
@@ -171,8 +178,10 @@ class _TokenTexts:
     UTF-8 are U+FFFD for good, as in the answer's text, and the token that shows them carries
     them (vLLM's "" there: the tokens no longer join to the text): a lone 0x80 is "\ufffd";
     the token after "<0xE4><0xBD>" that is no 0x80..0xBF shows the two U+FFFD before its own
-    text; an answer cut at "length" inside a character shows its held bytes, decoded alone
-    as `TextStream.flush` does, in its last token (hunt 72: '안녕' + "<0xEC>" was '안녕���').
+    text; an answer cut at "length" inside a character ends in "" for it, as its text ends
+    before it (`TextStream.flush`, vLLM's); an echoed token-id prompt cut inside one shows its
+    held bytes, decoded alone, in its last token, as the echoed text decodes them (hunt 72:
+    '안녕' + "<0xEC>" was '안녕���').
     A character's last token is decoded after the tokens before it from one that begins a
     character: HF's ByteFallback reads a byte run that is no UTF-8 as one U+FFFD per byte,
     head and all (hunt 72: '中国😊' ended "", "", "", "����")."""
@@ -187,17 +196,26 @@ class _TokenTexts:
         self._head = cache(lambda ids: tokenizer.decode(ids))  # the same for them too
         self._window = cache(self._from_character)
         self.held_end = lambda s: s.last and self._held((*s.prior, s.token)) > 0  # cut at length
+        # a special token (no bytes) written out, as the echo's text spells it (vLLM's decode
+        # of a prompt's tokens keeps them: "<|im_start|>"); "" for any other
+        self._special = cache(lambda t: "" if self.own(t) else ids_text(tokenizer, [t]))
+        self.written = lambda s: self._special(s.token) if s.spelled else ""
 
     def text(self, s: _Scored, token: int) -> str:
         """`token`'s text at `s`'s position (`s.token` or one of its alternatives)."""
+        if s.spelled and (special := self._special(token)):
+            return special
+        return self._text(s, token)
+
+    def _text(self, s: _Scored, token: int) -> str:
         prior, n = s.prior, len(s.prior)
         start = n - self._held(prior)  # the text so far ends before token `start`
         # ... and after `token`, before token `end`; with nothing arriving before it, its own
         # bytes tell (cached per token: the k alternatives of a long answer stay quick)
         ahead = (token,) if start == n else (*prior[1 - _CHAR_TOKENS :], token)
-        left = self._held(ahead)  # ... or at the answer's end, its held bytes' U+FFFD
+        left = self._held(ahead)  # ... or at an echoed prompt's end, its held bytes' U+FFFD
         end, ids = n + 1 - left, (*prior, token)
-        cut = self._head(ids[end:]) if s.last else ""  # the held bytes alone, as flushed
+        cut = self._head(ids[end:]) if s.last else ""  # the held bytes alone, as echoed
         if start == n and end == n + 1:
             return self.word(token)  # no character split on either side: its own text
         if end <= start:

@@ -27,22 +27,30 @@ response id is `chatcmpl-<request_id>` / `cmpl-<request_id>`, as vLLM's), its pr
 priority scheduling here). A model name this server does not serve is `ModelNotFoundError`
 (HTTP 404, as OpenAI and vLLM answer, with `reason` model_not_found: OpenAI's code string;
 the body's `code` is the status, as vLLM's); a missing, null or
-empty one is the served model, as in vLLM (the answer names it).
+empty one is the served model, as in vLLM; the answer names the first served name, whichever
+the request named (vLLM's `--served-model-name a b`).
 Fields this module does not know are ignored, as vLLM ignores them (metadata, store,
 service_tier, a misspelt name...). Flags (stream, echo, ignore_eos, include_usage,
 parallel_tool_calls, return_tokens_as_token_ids, include_stop_str_in_output) must be JSON
 true, false or null: "false"
 would read as true. A missing
-max_tokens means 16 on /v1/completions (vLLM's CompletionRequest default, and OpenAI's) and
-"the rest of the context window" on chat (vLLM's); either within the rest of the context. A
-setting the body leaves
-out (temperature, top_k, top_p, repetition_penalty, max_tokens) is the model's
+max_tokens means 16 on /v1/completions (vLLM's CompletionRequest default, and OpenAI's,
+whatever generation_config.json's max_new_tokens: vLLM's `get_max_tokens` reads the file's
+only for a max_tokens that is None, which on completions it never is) and the file's
+max_new_tokens, else "the rest of the context window", on chat (vLLM's); either within the
+rest of the context. A prompt that leaves no room is refused in vLLM's words for a request
+with no max_tokens (`admission.check_prompt_fits`: "requested N tokens in the messages").
+A setting the body leaves out (temperature, top_k, top_p, repetition_penalty) is the model's
 generation_config.json default where it sets one (`sampling_defaults`, vLLM's
---generation-config auto; max_tokens within the rest of the context).
+--generation-config auto).
 
 Prompts are `serve.prompt_ids`': a text prompt gets the tokenizer's special tokens (its BOS)
 unless add_special_tokens is false (vLLM's field; chat's template writes its own, so true
 is refused with messages); a text the tokenizer cannot encode is a 400.
+
+`echo: true` (completions) starts the answer with the prompt as vLLM's does: the request's own
+string, or a token-id prompt decoded with its special tokens written out
+(`prompt_ids.echoed_prompt`).
 
 Logprobs are asked with `logprobs: k` (completions) or `logprobs: true, top_logprobs: k`
 (chat), k in 0..MAX_LOGPROBS = 20; `echo: true` with logprobs also scores the prompt, and
@@ -73,6 +81,7 @@ from wse_inference.serve.admission import (
     InvalidRequestError,
     ModelNotFoundError,
     RequestLimits,
+    check_prompt_fits,
     check_sampling,
     seed_of,
     shown_int,
@@ -91,7 +100,12 @@ from wse_inference.serve.openai_fields import (
     refuse_unsupported,
     stream_options,
 )
-from wse_inference.serve.prompt_ids import completion_prompt, messages_prompt, token_list
+from wse_inference.serve.prompt_ids import (
+    completion_prompt,
+    echoed_prompt,
+    messages_prompt,
+    token_list,
+)
 
 __all__ = [
     "ParsedRequest",
@@ -116,6 +130,11 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     echo: bool = False  # /v1/completions: the answer starts with the prompt (and its logprobs)
+    # echo's text: the request's prompt string, or a token-id prompt decoded with its special
+    # tokens written out (`prompt_ids.echoed_prompt`); and how many of prompt_ids the
+    # tokenizer added before and after it (a text prompt's BOS: not in that text)
+    echo_text: str = ""
+    echo_added: tuple[int, int] = (0, 0)
     n: int = 1  # choices, each its own sequence (choice_sampling)
     tokens_as_ids: bool = False  # return_tokens_as_token_ids: logprobs name "token_id:N"
     # echo with max_tokens 0 (vLLM's echo_without_generation): the prompt scored alone; it
@@ -314,27 +333,37 @@ def parse_request(
                                      max_context=max_context)  # fmt: skip
     else:
         prompt_ids = completion_prompt(body, tokenizer, max_context)
+    param = "messages" if kind == "chat" else "prompt"
     if not prompt_ids:
-        param = "messages" if kind == "chat" else "prompt"
         raise invalid(f"The {param} is empty; give at least one token.", param)
-    if max_tokens(body) is None:  # vLLM's: the file's default within the rest of the context
-        rest = max(1, max_context - len(prompt_ids))
-        cap = min(defaults.get("max_tokens", rest), rest)
-        if kind != "chat":  # hunt 75: generated to the end of the context
-            cap = min(cap, COMPLETION_MAX_TOKENS)
-        sampling = dataclasses.replace(sampling, max_tokens=cap)
+    if max_tokens(body) is None:  # vLLM's `get_max_tokens`: within the rest of the context,
+        # 16 on completions (its CompletionRequest default: the file's max_new_tokens never
+        # reached; hunt 82: a file's 5 cut it to 5), the file's default on chat (hunt 75: both
+        # were generated to the end of the context)
+        check_prompt_fits(len(prompt_ids), max_context, param=param)
+        rest = max_context - len(prompt_ids)
+        cap = COMPLETION_MAX_TOKENS if kind != "chat" else defaults.get("max_tokens", rest)
+        sampling = dataclasses.replace(sampling, max_tokens=min(cap, rest))
     if echo and sampling.logprobs is not None:  # the prompt's tokens are scored too
         sampling = dataclasses.replace(sampling, prompt_logprobs=sampling.logprobs)
+    echo_text, added = "", (0, 0)
+    if echo:
+        spans = sampling.logprobs is not None  # the prompt's logprob texts lie over the text
+        echo_text, added = echoed_prompt(body, tokenizer, prompt_ids, spans=spans)
     stream = flag(body.get("stream"), "stream")
     include_usage = stream_options(body.get("stream_options"), stream)
     return ParsedRequest(
         kind=kind,
-        model=model or model_names[0],  # vLLM's: the served model's name when left out
+        # vLLM's: the first served name, whichever the request named or none (its
+        # `model_name()` is base_model_paths[0].name; hunt 82: the alias asked was echoed)
+        model=model_names[0],
         prompt_ids=prompt_ids,
         sampling=sampling,
         stream=stream,
         include_usage=stream and include_usage,
         echo=echo,
+        echo_text=echo_text,
+        echo_added=added,
         n=n,
         tokens_as_ids=flag(body.get("return_tokens_as_token_ids"), "return_tokens_as_token_ids"),
         echo_only=echo_only,

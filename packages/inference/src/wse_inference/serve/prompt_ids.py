@@ -11,7 +11,9 @@ special tokens are the template's own (`{{ bos_token }}`): `add_special_tokens` 
 add a second BOS (vLLM's chat default is false), so it is refused; its chat_template_kwargs
 are more variables of the template (vLLM's). A text the tokenizer cannot
 encode (`hf_tokenizer.TokenizerError`) is an `InvalidRequestError` (400) in its words, not a
-500. `token_list(v)` is a JSON list of integer ids, else None.
+500. `token_list(v)` is a JSON list of integer ids, else None. `echoed_prompt` is the text an
+echo answer starts with: the request's own string, or a token-id prompt decoded with its
+special tokens written out (vLLM's).
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from wse_inference.engine import Tokenizer
-from wse_inference.hf_tokenizer import TokenizerError, text_ids
+from wse_inference.hf_tokenizer import TokenizerError, ids_text, text_ids
 from wse_inference.serve.admission import encode_prompt, shown_json
 from wse_inference.serve.chat_template import chat_prompt, template_kwargs
 from wse_inference.serve.openai_fields import flag, invalid
 
-__all__ = ["completion_prompt", "messages_prompt", "text_prompt", "token_list"]
+__all__ = ["completion_prompt", "echoed_prompt", "messages_prompt", "text_prompt", "token_list"]
 
 
 def token_list(v: Any) -> list[int] | None:
@@ -62,10 +64,37 @@ def text_prompt(
         return ids or text_ids(tokenizer, text)  # "": [bos] where the tokenizer adds one
 
 
-def completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> list[int]:
+def _one_prompt(body: dict) -> Any:
     p = body.get("prompt")
     if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str | list):
         p = p[0]  # the client's batch-of-one form
+    return p
+
+
+def echoed_prompt(
+    body: dict, tokenizer: Tokenizer, ids: Sequence[int], *, spans: bool
+) -> tuple[str, tuple[int, int]]:
+    """(the text an echo answer starts with, how many of `ids` the tokenizer added before and
+    after that text). As vLLM's completions (`serving_completion`: `prompt_text +
+    output.text`, the engine prompt's "prompt"): a text prompt is the string the request sent
+    (hunt 82: its ids decoded without special tokens, so "<|im_start|>user..." came back as
+    "user..." and `text[len(prompt):]` lost the answer); a token-id prompt is its ids decoded
+    with special tokens written out (vLLM's renderer `_detokenize_prompt`: transformers'
+    `decode` default). `spans` (echo with logprobs): count the special tokens the tokenizer
+    added to a text prompt (its BOS), which the string does not spell (a second encode, with
+    none added; (0, 0) otherwise); their logprob texts stay empty."""
+    p = _one_prompt(body)
+    if not isinstance(p, str):
+        return ids_text(tokenizer, ids), (0, 0)
+    if not spans or len(plain := text_ids(tokenizer, p, add_special_tokens=False)) == len(ids):
+        return p, (0, 0)
+    lead = next((k for k in range(len(ids) - len(plain) + 1)
+                 if list(ids[k : k + len(plain)]) == plain), 0)  # fmt: skip
+    return p, (lead, len(ids) - lead - len(plain))
+
+
+def completion_prompt(body: dict, tokenizer: Tokenizer, max_context: int) -> list[int]:
+    p = _one_prompt(body)
     special = body.get("add_special_tokens")
     special = True if special is None else flag(special, "add_special_tokens")
     if isinstance(p, str):

@@ -14,13 +14,16 @@ all of it together is `decode(prompt_ids + ids)[len(decode(prompt_ids)):]`, cut 
 - bytes of an unfinished UTF-8 character (decoded as U+FFFD) are held until complete; the
   window is short, so the cost per token is O(1) (text that keeps ending in U+FFFD, no UTF-8
   or U+FFFD itself, is released but for its last 4 tokens once 8 are held: a character is at
-  most 4 bytes); those of a character left unfinished at the end are decoded alone (`flush`:
-  HF's ByteFallback would turn the window's characters before them into U+FFFDs too);
+  most 4 bytes); those of a character left unfinished at the end are dropped (`flush`), as
+  vLLM's detokenizer never emits a character still arriving (`DecodeStream.step` and
+  `detokenize_incrementally` return nothing while the text ends in U+FFFD, and nothing
+  flushes them at the finish; hunt 82: a "length" answer ended in U+FFFD);
 - text that could still turn out to be the beginning of a stop string is held back;
 - stop strings are matched on final text only, as vLLM's after its U+FFFD hold-back: a
-  U+FFFD decoded while a character is half generated matches nothing; a U+FFFD that stays
-  (bytes that are no UTF-8, or the character itself) is text and matches once it is final
-  (a later token's text follows it, 8 tokens are held, or the sequence ends: `flush`);
+  U+FFFD decoded while a character is half generated matches nothing, nor does one left
+  unfinished at the end; a U+FFFD that stays (bytes that are no UTF-8, or the character
+  itself) is text and matches once it is final (a later token's text follows it, 8 tokens
+  are held, or the sequence ends: `flush`);
 - on a stop string the text is cut just before it and `stopped` is True (OpenAI semantics: the
   stop sequence is not part of the output); the stop string that is completed first wins (with
   stops "b" and "aba", "ab..." stops at "a" — generation never reaches the longer one); a token
@@ -138,20 +141,17 @@ class TextStream:
         return self._take(final=True)
 
     def _release(self) -> None:
-        """A character left unfinished (its bytes in the last tokens, `unfinished_tail`) is
-        its tokens decoded alone, as the tokenizer decodes an answer of them alone: HF's
-        ByteFallback decoded the window's whole byte run, the characters before them too, to
-        one U+FFFD per byte (hunt 72: '안녕' + "<0xEC>" was '안녕���', a prompt's last "中" +
-        "<0xE4>" '���'). Alone they are one U+FFFD per byte with ByteFallback (transformers'
-        decode: hunt 71's F0 9F is "\ufffd\ufffd"), one per maximal invalid subpart with a
-        byte-level BPE's `from_utf8_lossy` (Python's `errors="replace"`); the logprobs' last
-        token ends in it."""
-        if self._read < len(self._ids):  # an unfinished character
+        """The held tokens' text, but for a character left unfinished (its bytes in the last
+        tokens, `unfinished_tail`), which is dropped as vLLM's detokenizer drops it (module
+        docstring; the logprobs' texts of its tokens are "" too, their `bytes` its bytes).
+        Before them, bytes that are no UTF-8 stay U+FFFD, decoded with the window (hunt 72:
+        never the character's bytes with them, which HF's ByteFallback turned, with the
+        characters before them, into one U+FFFD per byte: '안녕' + "<0xEC>" was '안녕���')."""
+        if self._read < len(self._ids):
             n = len(self._ids)
             ends = [self._own(t) for t in self._ids[max(self._read, n - _CHAR_BYTES) :]]
             held = unfinished_tail(ends)  # the last tokens: the character's bytes
             self.text += self._tok.decode(self._ids[self._prefix : n - held])[len(self._before) :]
-            self.text += self._tok.decode(self._ids[n - held :]) if held else ""
             self._read = n
             self._check_stop()
 
