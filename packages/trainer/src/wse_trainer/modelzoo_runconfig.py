@@ -53,7 +53,8 @@ naming that 100): ModelZoo 1.x trains min(num_steps, max_steps - global step) st
 params table: max_steps is optional unless neither num_epochs nor num_steps is given), as
 runs here do where both are given. With `num_steps` alone, `run_steps(config, start)` gives
 `max_steps` = the step the run starts from + num_steps (the total the run reaches, where a
-decay without optimizer.decay_steps ends) and the line saying so; a training mode with
+decay without optimizer.decay_steps ends, unless a resumed run keeps its checkpoint's) and
+`steps_note` the line saying so; a training mode with
 neither is refused (`steps_problem`, asked by `session.check_inputs`, so by a run and
 `--validate-only`). An eval trains nothing: its `max_steps` left out is the step it starts
 from.
@@ -77,7 +78,8 @@ from wse_core.errors import shown, shown_value, suggest
 
 __all__ = ["CHECKPOINT_STATES", "READ_AS_RUNS", "TRAINING_STATE", "autoload_problem",
            "checkpoint_states", "eval_all_problem", "loads_data", "loads_training_state",
-           "run_steps", "runconfig_read", "states_problem", "steps_problem"]  # fmt: skip
+           "run_steps", "runconfig_read", "states_problem", "steps_note",
+           "steps_problem"]  # fmt: skip
 
 AUTOLOAD = "autoload_checkpoint"
 EPOCHS = ("num_epochs", "steps_per_epoch")  # null: unset, dropped; a value: refused
@@ -269,23 +271,34 @@ def steps_problem(runconfig: Any) -> str | None:
     )
 
 
-def run_steps(config: Any, start: int) -> tuple[Any, str | None]:
-    """(`config` with runconfig.max_steps resolved for a run starting at step `start`, the
-    line saying so or None): a max_steps given is kept; left out, it is `start` +
-    num_steps (module doc), or `start` where nothing trains."""
+def run_steps(config: Any, start: int) -> Any:
+    """`config` with runconfig.max_steps resolved for a run starting at step `start`: a
+    max_steps given is kept; left out, it is `start` + num_steps (module doc), or `start`
+    where nothing trains."""
     run = config.runconfig
     if run.max_steps is not None:
-        return config, None
+        return config
     total = start + (run.num_steps or 0)
-    resolved = dataclasses.replace(config, runconfig=dataclasses.replace(run, max_steps=total))
-    if run.mode not in TRAINS:
-        return resolved, None
-    opt = config.optimizer
+    return dataclasses.replace(config, runconfig=dataclasses.replace(run, max_steps=total))
+
+
+def steps_note(given: Any, config: Any, start: int) -> str | None:
+    """The line of a training run whose max_steps `given` (its runconfig as given) leaves
+    out, or None: the step it trains to from `start`, and where the decay ends, read from
+    `config`, the run's settings with max_steps resolved (`run_steps`) and the decay it
+    runs (`run_folder.keep_decay`'s). A resumed run that keeps its checkpoint's decay has
+    optimizer.decay_steps set, and that decay's own note: this line is silent on it
+    (review 82: it said the decay ended at the new max_steps, the next note that it kept
+    the 8 steps trained on, which the learning rates followed)."""
+    run, opt = config.runconfig, config.optimizer
+    if given.max_steps is not None or run.mode not in TRAINS:
+        return None
     decay = ""
     if opt.lr_schedule != "constant" and opt.decay_steps is None:
         decay = f"; the {opt.lr_schedule} decay (optimizer.decay_steps unset) ends at it"
     since = f"checkpoint step {start}" if start else "step 0"
-    return resolved, (
+    return (
         f"note: runconfig.max_steps unset: runconfig.num_steps={run.num_steps:,} from "
-        f"{since}, so the run trains to step {total:,} (max_steps {total:,}){decay}"
+        f"{since}, so the run trains to step {run.max_steps:,} (max_steps {run.max_steps:,})"
+        f"{decay}"
     )

@@ -266,15 +266,17 @@ def checked_resume(config: TrainConfig, model: Any) -> tuple[TrainConfig, list[s
     Cheap (meta JSON and seals, no orbax; JAX imported only where a step's decay is kept):
     `Session` asks it, and `--validate-only` (hunt 82: it passed a checkpoint the run
     refused). `model`: the run's `wse_models.ModelConfig`."""
-    from wse_trainer.modelzoo_runconfig import loads_training_state, run_steps
+    from wse_trainer.modelzoo_runconfig import loads_training_state, run_steps, steps_note
     from wse_trainer.run_folder import check_resume, keep_decay, resumed_step
 
     step = resumed_step(config)
     resumes = loads_training_state(config.runconfig.load_checkpoint_states)
-    config, steps_note = run_steps(config, step if step is not None and resumes else 0)
+    start, given = step if step is not None and resumes else 0, config.runconfig
+    config = run_steps(config, start)
     said = check_resume(config, model)
     config, notes = keep_decay(config)
-    return config, [*([steps_note] if steps_note else []), *said, *notes]
+    steps = steps_note(given, config, start)  # the decay it runs: review 82
+    return config, [*([steps] if steps else []), *said, *notes]
 
 
 def _check_apart(model_dir: Path, name: str, data_dir: str | list[str]) -> None:
