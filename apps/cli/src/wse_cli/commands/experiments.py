@@ -311,19 +311,23 @@ def _sweep(name: str, fn, item: str, changes: dict, out: Path, seed: int) -> Non
             def predict(*, seed: int):
                 return fn(quick=True, seed=seed).predictions
 
-        rows_done = 0
+        calls, read = 0, False
 
         with assumed(**changes), progress(len(values), f"{name}: {key}") as done:
 
             def counted(*, seed: int):  # one call per value of the sweep: the bar's unit
-                nonlocal rows_done
-                if rows_done:
-                    rows = predict(seed=seed)
-                else:  # the first value's: what they read says whether the key moves them
+                nonlocal calls, read
+                calls += 1
+                try:
+                    if read:
+                        return predict(seed=seed)
+                    # the first value that runs: what it read says whether the key moves them
+                    # (a value refused at plan time is the sweep's to note: hunt 82 L1)
                     rows = _read_or_refused(predict, seed, name, key, changes)
-                rows_done += 1
-                done(rows_done)
-                return rows
+                    read = True
+                    return rows
+                finally:
+                    done(calls)
 
             result = sweep(counted, key, values, seed=seed)
         earlier = _earlier_run(out / name, f"sweep_{key}.md", f"an earlier sweep of {key}")

@@ -21,13 +21,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wse_core.errors import SpecError, shown
+from wse_core.errors import DefectError, PlacementError, SpecError, SramBudgetError, shown
 from wse_core.studies.experiment import PredictionRow
 
 if TYPE_CHECKING:
     from wse_core.cost.calibration import Calibration
 
 __all__ = ["Sweep", "sweep", "parse_sweep", "sweep_values", "CASE_KEYS"]
+
+# Plan-time refusals a setting of the sweep may meet (STYLE: an SRAM budget, a placement, a
+# repair); the sweep keeps the other settings and says which one was refused (hunt 82 L1).
+REFUSALS = (SramBudgetError, PlacementError, DefectError)
 
 # Params that say which case a row is (never results): a row's identity across settings.
 CASE_KEYS = (
@@ -55,15 +59,37 @@ CASE_KEYS = (
 )
 
 
+# A value of a sweep's line at one setting; None where the case does not occur there.
+Cell = float | None
+
+
 @dataclasses.dataclass(frozen=True)
 class Sweep:
     key: str
     values: tuple[float, ...]
-    lines: tuple[tuple[str, str, tuple[float, ...]], ...]  # (label, unit, value per setting)
+    lines: tuple[tuple[str, str, tuple[Cell, ...]], ...]  # (label, unit, value per setting)
     calibrations: tuple[Calibration, ...] = ()  # in force at each setting (none: not shown)
+    refused: tuple[tuple[int, str], ...] = ()  # (setting index, the refusal's line)
 
     def markdown(self) -> str:
-        return _table(self.key, self.values, "prediction", self.lines) + self._calibration()
+        table = _table(self.key, self.values, "prediction", self.lines)
+        return table + self._where() + self._calibration()
+
+    def _where(self) -> str:
+        """Below the table: the settings refused, each with its line, and the cases that
+        occur at only some settings, with those settings (their params changed between)."""
+        heads = _labels(self.values)
+        out = [
+            f"at {self.key}={heads[i]} the predictions were refused (no value in its column): {why}"
+            for i, why in self.refused
+        ]
+        gone = {i for i, _ in self.refused}
+        for label, _, vals in self.lines:
+            at = [heads[i] for i, v in enumerate(vals) if v is not None]
+            if len(at) < len(vals) - len(gone):
+                out.append(f"{label} occurs only at {self.key}={', '.join(at)} (a dash at the "
+                           "others: no prediction there has these params)")  # fmt: skip
+        return "".join(f"\n{line}\n" for line in out)
 
     def _calibration(self) -> str:
         """What the calibration was at each setting: one line where it never moved, else
@@ -101,7 +127,9 @@ class Sweep:
 
         write_atomically(path, f"# sweep of {self.key}\n\n" + self.markdown())
         head = ["prediction", "unit", *_labels(self.values)]
-        rows = [[label, unit, *vals] for label, unit, vals in self.lines]
+        # an empty cell where the case does not occur at that setting (never a neighbour's)
+        rows = [[label, unit, *("" if v is None else v for v in vals)]
+                for label, unit, vals in self.lines]  # fmt: skip
         write_atomically(folder / f"sweep_{self.key}.csv", csv_text([head, *rows]))
         return path
 
@@ -112,13 +140,20 @@ def _table(key: str, values: Sequence[float], what: str, lines) -> str:
     head = [what, "unit", *(f"{key}={v}" for v in _labels(values)), "range"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, unit, vals in lines:
-        base = vals[0]
-        cells = [
-            f"{v:.5g}" + (f" ({v / base - 1:+.1%})" if base and i else "")
-            for i, v in enumerate(vals)
-        ]
-        out.append("| " + " | ".join([label, unit, *cells, _spread(vals)]) + " |")
+        kept = [v for v in vals if v is not None]
+        out.append("| " + " | ".join([label, unit, *_cells(vals), _spread(kept)]) + " |")
     return "\n".join(out) + "\n"
+
+
+def _cells(vals: Sequence[Cell]) -> list[str]:
+    """Each setting's value with its change from the first setting that has one; a dash
+    where the line has none."""
+    first = next((i for i, v in enumerate(vals) if v is not None), len(vals))
+    base = vals[first] if first < len(vals) else None
+    return [
+        "-" if v is None else f"{v:.5g}" + (f" ({v / base - 1:+.1%})" if base and i > first else "")
+        for i, v in enumerate(vals)
+    ]
 
 
 def _labels(values: Sequence[float]) -> list[str]:
@@ -206,18 +241,31 @@ def sweep(
     from wse_core.cost.calibration import current
 
     values = sweep_values(key, values)
-    table: dict[str, tuple[str, list[float]]] = {}
+    table: dict[str, tuple[str, dict[int, float]]] = {}  # label -> (unit, {setting: value})
     cals = []
-    for v in values:
+    refused: list[tuple[int, Exception]] = []
+    for i, v in enumerate(values):
         with assume(**{key: v}):
-            rows = predict_fn(seed=seed)
+            try:
+                rows = predict_fn(seed=seed)
+            except REFUSALS as error:  # that setting's plan does not fit: the others run
+                refused.append((i, error))
+                rows = []
             cals.append(current())  # the one the predictions priced with (cached)
         seen: dict[str, int] = {}
         for row in rows:
             label = _label(row)
             seen[label] = seen.get(label, 0) + 1
             label += f" #{seen[label]}" if seen[label] > 1 else ""
-            unit, vals = table.setdefault(label, (row.unit, []))
-            vals.append(float(row.value))
-    lines = tuple((lab, unit, tuple(vals)) for lab, (unit, vals) in table.items())
-    return Sweep(key, tuple(float(v) for v in values), lines, tuple(cals))
+            table.setdefault(label, (row.unit, {}))[1][i] = float(row.value)
+    if len(refused) == len(values):  # nothing to show: the first refusal, its setting named
+        at, first = refused[0]
+        raise type(first)(
+            f"--sweep {key}: refused at every value; at {key}={_labels(values)[at]}: {first}"
+        )
+    lines = tuple(
+        (lab, unit, tuple(got.get(i) for i in range(len(values))))
+        for lab, (unit, got) in table.items()
+    )
+    why = tuple((at, str(error)) for at, error in refused)
+    return Sweep(key, tuple(float(v) for v in values), lines, tuple(cals), why)
