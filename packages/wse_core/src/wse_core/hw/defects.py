@@ -247,17 +247,29 @@ def _not_repairable(spec: WaferSpec, retire: np.ndarray, dead_per_row: np.ndarra
 def subgrid_note(spec: WaferSpec, defects: DefectMap, rows: int, cols: int) -> str:
     """What a refused wafer means for a run on its first `rows` x `cols` PEs: the wafer is
     repaired whole before any run, so the run is refused too, and the physical rows its
-    logical rows would sit on (the first `rows` that keep: hunt 81, the refusal named only a
-    row past them, as if the run used it)."""
-    kept = [int(r) for r in np.flatnonzero(defects.dead.sum(axis=1) <= spec.spare_cols)[:rows]]
+    logical rows would sit on (the first `rows` whose dead PEs the spare columns mend: hunt
+    81, the refusal named only a row past them, as if the run used it). Where fewer rows
+    than the run's keep, it says so with the numbers (hunt 82: an empty list, or six rows
+    for a 13-row run, "which repair")."""
+    keep = np.flatnonzero(defects.dead.sum(axis=1) <= spec.spare_cols)
+    head = f"a wafer is repaired whole before a run, so this {rows} x {cols} run is refused too"
+    mend = (
+        f"at most {_count(spec.spare_cols, 'dead PE')}, what its spare columns mend"
+        if spec.spare_cols
+        else "no dead PE (the wafer has no spare column to mend one)"
+    )
+    if len(keep) < rows:
+        some = "none" if not len(keep) else f"only {len(keep):,}"
+        return (
+            f"{head}, and no repair row by row would seat it: {some} of the wafer's "
+            f"{spec.physical_rows:,} physical rows have {mend}, and a {rows}-row run needs {rows}"
+        )
+    kept = [int(r) for r in keep[:rows]]
     if len(kept) <= 6:
         where = f"physical row{'s' * (len(kept) > 1)} " + ", ".join(map(str, kept))
     else:
         where = f"{len(kept)} physical rows from {kept[0]} to {kept[-1]}"
-    return (
-        f"a wafer is repaired whole before a run, so this {rows} x {cols} run is refused too, "
-        f"though its rows would sit on {where}, which repair"
-    )
+    return f"{head}, though its rows would sit on {where}, each with {mend}"
 
 
 def identity_remap(spec: WaferSpec) -> Remap:
