@@ -10,6 +10,7 @@ only: nothing here runs under `jit` except the returned kernels.
 from __future__ import annotations
 
 import numpy as np
+from wse_core.errors import SramBudgetError
 from wse_core.hw.spec import DTYPE_BYTES
 
 from wse_hpc.stencil.kernels import laplacian7
@@ -71,17 +72,75 @@ def default_block_z(nz: int, cap: int = 64) -> int:
     return max(d for d in range(1, min(nz, cap) + 1) if nz % d == 0)
 
 
-def place_wave(wafer, shape, block_z: int, boundary: str = "dirichlet") -> StencilGrid:
+# wave25's SRAM beside its three fp32 fields (u_prev, u, velocity: 12 B a cell): 16 received
+# halo values (4 neighbours x radius 4) of 4 B for each cell of a Z block, and 8 B x 2 x 4 of
+# the block's ghost planes
+WAVE_FIELD_BYTES = 3 * 4  # B per cell of the Z column
+HALO_BUFFER_BYTES = 16 * 4  # B per cell of the Z block
+GHOST_BYTES = 8 * 2 * 4  # B per PE
+DEFAULT_BLOCK_CAP = 64  # cells: `default_block_z`'s largest block
+
+
+def _wave_buffers(block_z: int, nz: int) -> int:
+    return HALO_BUFFER_BYTES * min(block_z, nz) + GHOST_BYTES
+
+
+def place_wave(wafer, shape, block_z: int | None, boundary: str = "dirichlet") -> StencilGrid:
     """u_prev, u and the velocity in fp32, and a buffer of 16 received halo values per cell
-    of a Z block of `block_z` plus the ghost planes."""
-    return place_grid(
-        wafer,
-        shape,
-        {"u_prev": "fp32", "u": "fp32", "velocity": "fp32"},
-        boundary=boundary,
-        radius=RADIUS,
-        buffers_for=lambda n: 16 * 4 * min(block_z, n) + 8 * 2 * 4,
+    of a Z block of `block_z` (None: `default_block_z(nz)`) plus the ghost planes.
+
+    Over the budget, the refusal names what overflows and a value that is then accepted
+    (hunt 82: "a Z column of 1000 does not fit ... the largest nz that fits is 618" where
+    64,000 of the 76,064 B were the block's halo buffers, and nz = 618 was then refused for
+    the block of 1000): where a smaller block fits beside this column, the halo buffers'
+    bytes and the largest --block-z that fits at this nz; else the largest nz that fits with
+    this block (at most that nz where the block is longer, as the block must lie in 1..nz)."""
+    nz = shape[2] if len(shape) == 3 else 0
+    b = default_block_z(nz) if block_z is None and nz >= 1 else block_z
+    try:
+        return place_grid(
+            wafer,
+            shape,
+            {"u_prev": "fp32", "u": "fp32", "velocity": "fp32"},
+            boundary=boundary,
+            radius=RADIUS,
+            buffers_for=lambda n: _wave_buffers(b, n),
+        )
+    except SramBudgetError:
+        raise SramBudgetError(_wave_refusal(wafer, nz, b, given=block_z is not None)) from None
+
+
+def _wave_refusal(wafer, nz: int, b: int, *, given: bool) -> str:
+    """Why a wave25 plan of a Z column of `nz` in Z blocks of `b` (`given`: by the caller,
+    else the default) does not fit, and a setting that is then accepted (`place_wave`)."""
+    free, note = wafer.sram.free_bytes(), wafer.sram.reserve_note()
+    column, buffers, block = WAVE_FIELD_BYTES * nz, _wave_buffers(b, nz), min(b, nz)
+    best_b = min(nz, (free - column - GHOST_BYTES) // HALO_BUFFER_BYTES)
+    cap = b if given else DEFAULT_BLOCK_CAP  # a default block is at most 64 at any nz
+    best = wafer.sram.largest(lambda n: WAVE_FIELD_BYTES * n + _wave_buffers(cap, n), lo=1)
+    what = (
+        f"a Z block of {block} does not fit beside a Z column of {nz}"
+        if best_b >= 1
+        else f"a Z column of {nz} does not fit"
     )
+    head = (
+        f"{what}: the 16 halo buffers of the Z block need {buffers} B per PE ({HALO_BUFFER_BYTES}"
+        f" B a cell of the block and {GHOST_BYTES} B of ghost planes) and the 3 fields of the "
+        f"column {column} B, {column + buffers} B in all, but {free} B are free on the "
+        f"{wafer.spec.name} PEs{note}"
+    )
+    if not given:  # every nz up to `best` fits whatever its default block
+        nz_advice = f"every nz up to {best} fits with its default Z block (at most 64 cells)"
+    elif best >= b:
+        nz_advice = f"the largest nz that fits with a Z block of {b} is {best}"
+    else:  # the block must lie in 1..nz: at `best` it is refused unless shortened
+        nz_advice = f"the largest nz that fits is {best}, with a Z block of at most {best}"
+    if best_b >= 1:  # the block is the lever
+        return (
+            f"{head}; the largest Z block (--block-z) that fits at nz = {nz} is {best_b} "
+            f"(or: {nz_advice})"
+        )
+    return f"{head}; {nz_advice}"
 
 
 def wave_block_fn(grid: StencilGrid):

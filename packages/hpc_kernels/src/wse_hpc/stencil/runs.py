@@ -377,7 +377,7 @@ def _run_wave(cfg, wafer, progress) -> StencilRun:
     _field_dtype(cfg, ("fp32",))
     nz = cfg.grid[2]
     b = default_block_z(nz) if cfg.block_z is None else cfg.block_z
-    grid = place_wave(wafer, cfg.grid, b, cfg.boundary)
+    grid = place_wave(wafer, cfg.grid, cfg.block_z, cfg.boundary)  # None: the default, b
     x = grid.coords()[0]
     vel = np.broadcast_to(np.where(x < 0.5, 1.0, 1.5)[:, None, None], grid.shape)
     dt = 0.4 * wave_dt(grid, 1.5)

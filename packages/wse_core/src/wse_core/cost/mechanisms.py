@@ -298,7 +298,10 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             basis="inferred",
             limits=(1.0, 1000.0),
             source="not given with Table II; 334 as Table III's nz = 1000 row (the same code "
-            "and column), the largest block whose 16 halo buffers fit beside the column",
+            "and column). Table III's blocks are each column in the fewest equal blocks of at "
+            "most 400 cells (100 to 400 whole, 500 and 700 in two, 1000 in three); the paper "
+            "gives no reason for 400, and SRAM is not it: at nz = 1000 this model's ledger fits "
+            "any block up to 547 beside the column (579 with no program reserve)",
             sweep=(100.0, 200.0, 334.0, 500.0, 1000.0),
         ),
         "wave25_add_width": _C(
