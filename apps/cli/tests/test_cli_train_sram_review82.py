@@ -9,9 +9,8 @@ import re
 
 import typer
 from wse_cli.app import app
-from wse_cli.commands.train import _sram_use
 from wse_cli.testing import invoke
-from wse_core.hw.sram import SramLedger
+from wse_core.hw.sram import SramLedger, describe_use
 
 ROOT = typer.main.get_command(app)
 WSE3_SRAM_BYTES_PER_PE = 48 * 1024  # Cerebras' WSE-3: 48 kB of SRAM a PE
@@ -23,24 +22,26 @@ def test_validate_only_prints_use_against_the_data_budget():
     assert code == 0, out
     [line] = [ln for ln in out.splitlines() if ln.startswith("streaming:")]
     data = WSE3_SRAM_BYTES_PER_PE - RESERVE_BYTES_PER_PE
-    got = re.search(r"SRAM per PE in use ([\d,]+) of ([\d,]+) B for data \((.*)\)$", line)
+    got = re.search(
+        r"SRAM per PE in use ([\d,]+) of the ([\d,]+) B a PE holds for data \((.*)\)$", line
+    )
     assert got is not None, line
     used, budget = (int(got.group(k).replace(",", "")) for k in (1, 2))
     assert budget == data == 47_104  # not 49,152
     assert data - used == 6_376  # free for data (40,728 in use)
     assert got.group(3) == (
-        f"{RESERVE_BYTES_PER_PE:,} of the {WSE3_SRAM_BYTES_PER_PE:,} B a PE holds are its "
-        "program's code and stack, assumed: code_stack_bytes_per_pe"
+        f"its {WSE3_SRAM_BYTES_PER_PE:,} B less {RESERVE_BYTES_PER_PE:,} B of program, "
+        "assumed: code_stack_bytes_per_pe"
     )
 
 
 def test_a_ledger_without_a_reserve_says_no_reserve():
     ledger = SramLedger(2, 2, 1000)
     ledger.allocate("a", 300, ledger.grid)
-    assert _sram_use(ledger.summary()) == "300 of 1,000 B for data"
+    assert describe_use(ledger.summary()) == "300 of the 1,000 B a PE holds"
     held = SramLedger(2, 2, 1000, 100)
     held.allocate("a", 300, held.grid)
-    assert _sram_use(held.summary()) == (
-        "300 of 900 B for data (100 of the 1,000 B a PE holds are its program's code and "
-        "stack, assumed: code_stack_bytes_per_pe)"
+    assert describe_use(held.summary()) == (
+        "300 of the 900 B a PE holds for data (its 1,000 B less 100 B of program, assumed: "
+        "code_stack_bytes_per_pe)"
     )

@@ -46,6 +46,7 @@ def test_the_assumption_moves_what_fits_over_its_sweep(reserve):
 
 
 def test_a_reserve_that_leaves_no_data_is_refused():
-    with pytest.raises(SpecError, match="code_stack_bytes_per_pe .* leaves no byte"):
+    with pytest.raises(SpecError, match="sram_bytes_per_pe = 1,024 B leaves no byte .* "
+                       "code_stack_bytes_per_pe"):  # fmt: skip
         preset("tiny").replace(sram_bytes_per_pe=1024)
     assert preset("tiny").replace(sram_bytes_per_pe=1024, code_stack_bytes_per_pe=0)

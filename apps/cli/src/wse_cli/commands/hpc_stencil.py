@@ -296,6 +296,7 @@ def _history_rows(run) -> list[tuple[str, ...]]:
 def _print_table(console, run, png) -> None:
     from rich.markup import escape
     from rich.table import Table
+    from wse_core.hw.sram import describe_use
 
     x = run.extra
     cfg = x["config"]
@@ -327,7 +328,7 @@ def _print_table(console, run, png) -> None:
     else:  # hunt 57: printed "nan TFLOP/s"
         rates = f"no {unit} ran, so no rates (measured or predicted on {cfg['preset']})\n"
     console.print(
-        rates + f"SRAM per PE: {run.sram['used_bytes_per_pe']} of {run.sram['bytes_per_pe']} B; "
+        rates + f"SRAM per PE: {describe_use(run.sram)}; "  # data against data (hunt 82)
         f"{run.calibration.describe()}",
         markup=False,
         soft_wrap=True,  # whole lines when piped (hunt 65: rich wrapped them at 80 columns)

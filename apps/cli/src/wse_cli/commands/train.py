@@ -101,29 +101,19 @@ def _print_plan(console, model, plan, config, spec) -> None:
         f"MemoryX: {_human(plan.memoryx_bytes)} of masters and optimizer state, capacity "
         f"{_human(plan.memoryx_capacity_bytes)}"
     )
+    from wse_core.hw.sram import describe_use
+
     if plan.streaming is not None:
         s = plan.streaming
         console.print(
             f"streaming: activations kept every {s.stride} layer(s), at most "
-            f"{s.held_layers} layer inputs held; SRAM per PE in use {_sram_use(s.sram)}"
+            f"{s.held_layers} layer inputs held; SRAM per PE in use "
+            f"{describe_use(s.sram)}"  # data against data (hunt 82)
         )
         console.print(f"weight chunks: {s.chunks.describe()}", highlight=False)
         console.print(f"  why: {s.chunks.reason}", highlight=False)
     else:
         console.print(f"[red]streaming does not fit either:[/] {escape(plan.streaming_error)}")
-
-
-def _sram_use(sram: dict) -> str:
-    """A PE's bytes in use against its data budget (an `SramLedger.summary()`), the program's
-    reserve named (review 82: "40728 of 49152 B", where 47,104 B are data's)."""
-    whole, reserve = sram["bytes_per_pe"], sram.get("reserved_bytes_per_pe", 0)
-    said = f"{sram['used_bytes_per_pe']:,} of {whole - reserve:,} B for data"
-    if reserve:
-        said += (
-            f" ({reserve:,} of the {whole:,} B a PE holds are its program's code and stack, "
-            "assumed: code_stack_bytes_per_pe)"
-        )
-    return said
 
 
 def _seconds(s: float) -> str:

@@ -335,6 +335,7 @@ def run_cfd(cfg: CfdConfig, on_progress: Callable[[int, float, float], None] | N
     report = RunReport.build(
         f"cfd-{cfg.case}", grid.wafer.spec, phases,
         measured_wall_s=wall, sram=grid.wafer.sram.summary(), units="timesteps",
+        reads=grid.wafer.sram.sized_reads(),  # the reserve decided the fit (hunt 82)
         traffic=step_traffic.scaled(done),  # hunt 70: it was reported as 0
         # hunt 67: the halo and detour lines, as swe has them
         assumptions={**assumptions(grid), **(STEP_FILES if files else {})},

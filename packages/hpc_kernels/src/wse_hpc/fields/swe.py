@@ -278,6 +278,7 @@ def run_swe(spec: WaferSpec, cfg: SweConfig) -> SweRun:
     phases = serial(one, name="run", repeat=steps)
     report = RunReport.build("swe", spec, phases, measured_wall_s=wall, units="timesteps",
                              traffic=traffic.scaled(steps), sram=grid.wafer.sram.summary(),
+                             reads=grid.wafer.sram.sized_reads(),  # its fit (hunt 82)
                              assumptions=assumptions(grid),
                              extra=lambda t: {"grid": [n, n], "steps": steps, "dt": dt,
                                     "g": g, "cfl": cfl,  # hunt 75: a report names them

@@ -335,6 +335,7 @@ def predict(
         measured_wall_s=measured.wall_s,
         traffic=traffic,
         sram=measured.sram,
+        reads=wafer.sram.sized_reads(),  # the reserve decided the fit (hunt 82)
         units="step",
         assumptions={
             **ASSUMPTIONS,

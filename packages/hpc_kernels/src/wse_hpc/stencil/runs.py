@@ -223,6 +223,7 @@ def _result(cfg, grid, phases: Phases, step: str, wall: float, done: int, field,
         measured_wall_s=wall,
         traffic=traffic,
         sram=grid.wafer.sram.summary(),
+        reads=grid.wafer.sram.sized_reads(),  # the reserve decided the fit (hunt 82)
         assumptions={
             **perf.assumptions(cfg.kind),
             **_flops_note(),

@@ -368,6 +368,7 @@ def predict(
         measured_wall_s=measured_wall_s,
         traffic=traffic,
         sram=wafer.sram.summary(),
+        reads=wafer.sram.sized_reads(),  # the reserve decided the fit (hunt 82)
         assumptions=ASSUMPTIONS,
         units="mvm",
         systems=systems,

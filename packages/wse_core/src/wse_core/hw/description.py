@@ -145,10 +145,13 @@ class WaferSpec:
             if not isinstance(value, int) or not _in_range(field, value):
                 raise SpecError(f"{field} must be {expected_value(field)}, got {_typed(value)}")
         if self.code_stack_bytes_per_pe >= self.sram_bytes_per_pe:
+            # hunt 82 L3: the line named only the reserve, to a user who had set the SRAM
             raise SpecError(
-                f"code_stack_bytes_per_pe ({self.code_stack_bytes_per_pe:,} B) leaves no byte of "
-                f"the {self.sram_bytes_per_pe:,} B a PE holds for data; it must be less than "
-                "sram_bytes_per_pe"
+                f"sram_bytes_per_pe = {self.sram_bytes_per_pe:,} B leaves no byte for data beside "
+                f"the program's code_stack_bytes_per_pe = {self.code_stack_bytes_per_pe:,} B "
+                "(code and stack, assumed), which every PE holds first; give sram_bytes_per_pe "
+                f"above {self.code_stack_bytes_per_pe:,} B, or set code_stack_bytes_per_pe below "
+                f"{self.sram_bytes_per_pe:,} B too"
             )
         for field in (
             "clock_hz",

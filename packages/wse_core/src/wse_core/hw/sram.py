@@ -12,7 +12,16 @@ Going over the rest raises `SramBudgetError` naming the allocation, the region a
 it, the bytes needed and the bytes free — never a silent spill. Planners ask what fits:
 `free_bytes(region)`, `fits(...)` and `largest(...)` (the largest n whose per-PE bytes fit,
 e.g. a batch, a Z-column length, layers per region); `reserve_note()` is the clause their
-messages add so that "B free" says what the program holds.
+messages add so that "B free" says what the program holds, and `describe_use(summary)` the
+words of a PE's use against the data budget, the program's share said beside it (hunt 82:
+"39904 of 49152 B" set data against the whole PE).
+
+The reserve is an assumption (`code_stack_bytes_per_pe`); a ledger of a spec notes it as
+read (`wse_core.cost.reads`) where a planner sizes against the budget, in those three
+queries and in a refused allocation, never where a wafer is merely built (hunt 82: every
+`build_wafer` listed it, so fabric-collectives named a reserve that moves none of its rows
+and a stencil whose fit it decides did not). `sized_reads()` gives what those queries read,
+for a report built outside the block that placed the plan.
 
 Every count is checked where it enters (PlacementError naming it): the grid and the budget are
 integers >= 1, a region's corner and size integers inside the grid (a `Region` given to
@@ -24,8 +33,8 @@ refused: rounding 2.9 B down under-counts, and a NaN budget let every allocation
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from wse_core.errors import (
     PlacementError,
@@ -37,9 +46,10 @@ from wse_core.errors import (
 )
 
 if TYPE_CHECKING:
+    from wse_core.cost.reads import Reads
     from wse_core.hw.description import WaferSpec
 
-__all__ = ["Region", "Allocation", "SramLedger"]
+__all__ = ["Region", "Allocation", "SramLedger", "describe_use"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,24 +103,51 @@ class SramLedger:
         self.reserved_bytes_per_pe = reserved_bytes_per_pe
         self.grid = Region("grid", 0, 0, rows, cols)
         self._allocs: list[Allocation] = []
+        self._assumed = False  # the reserve is the spec's code_stack_bytes_per_pe (for_spec)
+        self._sized = False  # a planner asked what fits (the reserve decided it)
 
     @classmethod
     def for_spec(
         cls, spec: WaferSpec, rows: int | None = None, cols: int | None = None
     ) -> SramLedger:
         """The ledger of `spec`'s PEs (its whole grid, or `rows` x `cols` of them): its SRAM,
-        less its program's code and stack (`code_stack_bytes_per_pe`)."""
-        return cls(
+        less its program's code and stack (`code_stack_bytes_per_pe`, noted as read only
+        where a planner sizes against the rest: module docstring)."""
+        ledger = cls(
             spec.pe_rows if rows is None else rows,
             spec.pe_cols if cols is None else cols,
             spec.sram_bytes_per_pe,
-            spec.sram_bytes_per_pe - spec.data_bytes_per_pe,  # the reserve, noted as read
+            spec.code_stack_bytes_per_pe,
         )
+        ledger._assumed = True
+        return ledger
 
     @property
     def data_bytes_per_pe(self) -> int:
         """What a PE offers data: its bytes less the program's."""
         return self.bytes_per_pe - self.reserved_bytes_per_pe
+
+    def _budget(self) -> int:
+        """`data_bytes_per_pe` where a fit is decided against it: the assumed reserve noted
+        as read (module docstring)."""
+        if self._assumed:
+            from wse_core.cost.reads import read  # the cost model sits above the hardware
+
+            read("code_stack_bytes_per_pe", float(self.reserved_bytes_per_pe))
+            self._sized = True
+        return self.data_bytes_per_pe
+
+    def sized_reads(self) -> Reads | None:
+        """The assumed reserve as read, where a planner has sized against this ledger's
+        budget (None where none has, or the reserve is no assumption): for a report built
+        outside the block that placed its plan (`RunReport.build(reads=...)`)."""
+        if not self._sized:
+            return None
+        from wse_core.cost.reads import Reads
+
+        got = Reads()
+        got.add("code_stack_bytes_per_pe", float(self.reserved_bytes_per_pe))
+        return got
 
     def reserve_note(self) -> str:
         """The clause a "B free" message adds: the program's share of each PE, assumed
@@ -161,7 +198,7 @@ class SramLedger:
 
     def free_bytes(self, region: Region | None = None) -> int:
         """Bytes still free for data on the fullest PE of `region` (the program's aside)."""
-        return self.data_bytes_per_pe - self.used_bytes(region)
+        return self._budget() - self.used_bytes(region)
 
     def fits(self, bytes_per_pe: int, region: Region | None = None) -> bool:
         return bytes_per_pe <= self.free_bytes(region)
@@ -210,6 +247,7 @@ class SramLedger:
         used, row, col = self.fullest_pe(region)
         free = self.data_bytes_per_pe - used
         if bytes_per_pe > free:
+            self._budget()  # the reserve decided the refusal: noted as read
             asked = shown_setting(bytes_per_pe)  # 10**400 B is not echoed digit by digit
             raise SramBudgetError(  # the PE named is the fullest one (hunt 76: was the corner)
                 f"SRAM over budget: allocation {name!r} needs {asked} B per PE in region "
@@ -240,12 +278,28 @@ class SramLedger:
         return {
             "bytes_per_pe": self.bytes_per_pe,
             "reserved_bytes_per_pe": self.reserved_bytes_per_pe,
+            "data_bytes_per_pe": self.data_bytes_per_pe,
             "used_bytes_per_pe": self.used_bytes(),
             "allocations": [
                 {"name": a.name, "bytes_per_pe": a.bytes_per_pe, "region": str(a.region)}
                 for a in self._allocs
             ],
         }
+
+
+def describe_use(summary: Mapping[str, Any]) -> str:
+    """A PE's use against what it offers data, from `SramLedger.summary()`: "39,904 of the
+    47,104 B a PE holds for data (its 49,152 B less 2,048 B of program, assumed)", data
+    against data (hunt 82: "39904 of 49152 B" set data against the whole PE); a summary
+    without a reserve, against the PE's bytes."""
+    used, whole = int(summary["used_bytes_per_pe"]), int(summary["bytes_per_pe"])
+    reserve = int(summary.get("reserved_bytes_per_pe", 0))
+    if not reserve:
+        return f"{used:,} of the {whole:,} B a PE holds"
+    return (
+        f"{used:,} of the {whole - reserve:,} B a PE holds for data (its {whole:,} B less "
+        f"{reserve:,} B of program, assumed: code_stack_bytes_per_pe)"
+    )
 
 
 def _whole_bytes(name: str, value: object) -> int:
