@@ -88,7 +88,8 @@ def test_sliding_extreme_is_the_doubling_program_bit_for_bit(mesh, grid):
         program = fabric.count(
             w,
             lambda a, moves=moves: [
-                fabric.shift(w, a, d, distance=k) for d, k in [("W", 1), ("W", 2), ("W", 1), moves]
+                fabric.shift(w, a, d, distance=k, boundary="periodic")  # its program's shifts
+                for d, k in [("W", 1), ("W", 2), ("W", 1), moves]
             ],
             xs,
         )  # doubling by 1 and 2, the remainder 1, then the start

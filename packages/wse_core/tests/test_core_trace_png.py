@@ -11,6 +11,7 @@ from wse_core import Phase, RunReport, Work, preset, serial  # noqa: E402
 from wse_core.hw.sram import Region  # noqa: E402
 from wse_core.studies.experiment import ExperimentResult, PredictionRow, write_experiment  # noqa: E402
 from wse_core.trace import trace_uniform  # noqa: E402
+from wse_core.trace.fields import sram_capacity  # noqa: E402
 from wse_core.trace.png import figure_png, trace_figure  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -26,7 +27,8 @@ def _trace():
 def test_trace_figure_has_the_four_panels_and_the_given_title(tmp_path):
     fig = trace_figure(_trace(), title="my run")
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    assert titles == ["SRAM in use", "busy cycles", "link traffic N+S+E+W", "defects and regions"]
+    sram = f"SRAM in use\n{sram_capacity(_trace().meta)}"  # its capacity (hunt 82 L2)
+    assert titles == [sram, "busy cycles", "link traffic N+S+E+W", "defects and regions"]
     assert fig._suptitle.get_text() == "my run"
     plt.close(fig)
     assert figure_png(_trace(), tmp_path / "v.png").read_bytes()[:8] == PNG

@@ -102,12 +102,13 @@ def test_chain_hops_is_the_slowest_window_a_loop_finds():
 def test_each_op_records_its_slowest_line_chain():
     for w in _wafers():
         rows, cols = _lines(w, 1), _lines(w, 0)
+        # a zero-boundary shift by the whole axis moves nothing: no chain (hunt 82)
         for d in range(1, w.cols + 1):
             got = _latency(w, lambda v, a, d=d: fabric.shift(v, a, "E", distance=d))
-            assert got == _slowest(rows, d)
+            assert got == (_slowest(rows, d) if d < w.cols else 0)
         for d in range(1, w.rows + 1):
             got = _latency(w, lambda v, a, d=d: fabric.shift(v, a, "N", distance=d))
-            assert got == _slowest(cols, d)
+            assert got == (_slowest(cols, d) if d < w.rows else 0)
         for k in (1, 3, 5):
             assert _latency(w, lambda v, a, k=k: fabric.multicast(v, a, "W", k)) == _slowest(
                 rows, k
@@ -135,8 +136,10 @@ def test_each_op_records_its_slowest_line_chain():
 
 def test_without_dead_pes_each_chain_is_its_length():
     w = _wafer((7, 10))
-    for d in (1, 4, 10):
+    for d in (1, 4, 9):
         assert _latency(w, lambda v, a, d=d: fabric.shift(v, a, "W", distance=d)) == d
+    # by all 10 columns, every value leaves the grid: nothing moves (hunt 82: 10 hops)
+    assert _latency(w, lambda v, a: fabric.shift(v, a, "W", distance=10)) == 0
     assert _latency(w, lambda v, a: fabric.multicast(v, a, "N", 6)) == 6
     assert _latency(w, lambda v, a: fabric.broadcast(v, a, "row", 9)) == 9
     assert _latency(w, lambda v, a: fabric.broadcast(v, a, "col", 3)) == 3  # 3 each way

@@ -10,8 +10,10 @@
 - `lax.cond` sums both branches (an upper bound, documented); `jax.grad` counts the forward
   only (the backward never re-enters the fabric, documented).
 
-Hand count: a shift of a (rows, cols, 4) fp32 field injects rows * cols * 4 words; an
-allreduce twice that (reduce and broadcast back, `ledger.record_reduce`)."""
+Hand count: a periodic shift of a (rows, cols, 4) fp32 field injects rows * cols * 4 words,
+a zero-boundary shift E those of the PEs with an east neighbour, rows * (cols - 1) * 4
+(hunt 82: the last column, which sends nothing, was counted); an allreduce twice rows *
+cols * 4 (reduce and broadcast back, `ledger.record_reduce`)."""
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +25,8 @@ from wse_core.errors import WseError
 from wse_core.hw.wafer import build_wafer
 
 PER_PE = 4
-SHIFT = 8 * 8 * PER_PE  # words of one shift on 8 x 8, 4 fp32 values a PE
+SHIFT = 8 * 8 * PER_PE  # words of one periodic shift on 8 x 8, 4 fp32 values a PE
+EDGE_SHIFT = 8 * 7 * PER_PE  # a zero-boundary shift E: column 7 has no east neighbour
 ALLREDUCE = 2 * SHIFT
 
 
@@ -47,7 +50,7 @@ def test_a_jitted_step_counts_the_same_every_time(wafer, field):
     step(field).block_until_ready()
     after_run = fabric.count(wafer, step, field).words
     fresh_jit = fabric.count(wafer, jax.jit(smooth), field).words
-    assert first == second == after_run == fresh_jit == SHIFT + ALLREDUCE
+    assert first == second == after_run == fresh_jit == EDGE_SHIFT + ALLREDUCE
 
 
 def _shifted(wafer, a):
@@ -93,7 +96,7 @@ def test_a_while_loop_counts_one_trip(wafer, field):
 
 def test_vmap_counts_every_example(wafer, field):
     one = jax.vmap(lambda a: fabric.shift(wafer, a, "E"))
-    assert fabric.count(wafer, one, jnp.stack([field] * 3)).words == 3 * SHIFT
+    assert fabric.count(wafer, one, jnp.stack([field] * 3)).words == 3 * EDGE_SHIFT
     nested = jax.vmap(jax.vmap(lambda a: fabric.allreduce(wafer, a)))
     assert fabric.count(wafer, nested, jnp.stack([jnp.stack([field] * 3)] * 2)).words == (
         6 * ALLREDUCE
@@ -107,8 +110,8 @@ def test_cond_sums_both_branches_unless_the_predicate_is_known(wafer, field):
         )
 
     traced = fabric.count(wafer, lambda a: branch(a, a[0, 0, 0] > 0), field)
-    assert traced.words == SHIFT + ALLREDUCE  # an upper bound: both branches
-    assert fabric.count(wafer, lambda a: branch(a, True), field).words == SHIFT
+    assert traced.words == EDGE_SHIFT + ALLREDUCE  # an upper bound: both branches
+    assert fabric.count(wafer, lambda a: branch(a, True), field).words == EDGE_SHIFT
 
 
 def test_grad_counts_the_forward_pass(wafer, field):
@@ -117,7 +120,7 @@ def test_grad_counts_the_forward_pass(wafer, field):
     def loss(a):
         return (fabric.shift(wafer, a, "E") ** 2)[:8, :8].sum()
 
-    assert fabric.count(wafer, jax.grad(loss), field).words == SHIFT
+    assert fabric.count(wafer, jax.grad(loss), field).words == EDGE_SHIFT
 
 
 def test_count_refuses_what_is_not_a_function(wafer, field):

@@ -177,7 +177,7 @@ def shift(
             return blk.take(blk.extend(b, wafer, axis, d, 0, boundary), axis, 0, block)
         return blk.take(blk.extend(b, wafer, axis, 0, d, boundary), axis, d, d + block)
 
-    led.record_shift(wafer, way, led.words_per_pe(x), d)
+    led.record_shift(wafer, way, led.words_per_pe(x), d, boundary=boundary)
     return blk.on_blocks(wafer, on_block, x)
 
 
@@ -255,9 +255,10 @@ def sliding_extreme(
 
     words = led.words_per_pe(x)
     for d in _doubling(width):
-        led.record_shift(wafer, direction, words, d)
+        led.record_shift(wafer, direction, words, d, boundary="periodic")
     if start:
-        led.record_shift(wafer, direction if start > 0 else _OPPOSITE[direction], words, abs(start))
+        way = direction if start > 0 else _OPPOSITE[direction]
+        led.record_shift(wafer, way, words, abs(start), boundary="periodic")
     return blk.on_blocks(wafer, on_block, x)
 
 
@@ -302,7 +303,7 @@ def halo_apply(
     w = led.words_per_pe(x)
     for direction in ("N", "S", "W", "E"):
         if blk.rotation(wafer, led.DIRECTIONS[direction][0], 1, boundary)[0]:
-            led.record_shift(wafer, direction, w, 1)
+            led.record_shift(wafer, direction, w, 1, boundary=boundary)
     return blk.on_blocks(wafer, blk.block_fn(wafer, on_block, "halo_apply"), x, *fields)
 
 
@@ -364,8 +365,8 @@ def window_apply(
         led.record_multicast(wafer, "W", w, k_cols)
     row = led.words_per_pe(x, values=2 * k_cols + 1)  # a row of the window: one message
     for _ in range(k_rows):
-        led.record_shift(wafer, "S", row, 1)
-        led.record_shift(wafer, "N", row, 1)
+        led.record_shift(wafer, "S", row, 1, boundary=boundary)
+        led.record_shift(wafer, "N", row, 1, boundary=boundary)
     return blk.on_blocks(wafer, blk.block_fn(wafer, on_block, "window_apply"), x, *kept, *fields)
 
 

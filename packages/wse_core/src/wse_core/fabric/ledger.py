@@ -198,7 +198,11 @@ def flood_hops(wafer: Wafer, axis: int, source: int) -> float:
 
 
 def record_multicast(wafer: Wafer, direction: str, w: float, k: int) -> None:
+    """Each PE's `w` words to the next `k` PEs toward `direction`; nothing along an axis of
+    one PE (no link there: hunt 82)."""
     axis = DIRECTIONS[direction][0]
+    if (wafer.rows, wafer.cols)[axis] == 1:
+        return
     mean_h = hops(wafer, axis)[0]
     n = wafer.num_pes
     # Each PE forwards k values (its own and k - 1 passing through) on one link; the last
@@ -208,13 +212,24 @@ def record_multicast(wafer: Wafer, direction: str, w: float, k: int) -> None:
     record(wafer, f"multicast{direction}", n * w, n * w * k * mean_h, k * w, lat, links)
 
 
-def record_shift(wafer: Wafer, direction: str, w: float, distance: int) -> None:
+def record_shift(wafer: Wafer, direction: str, w: float, distance: int, *, boundary: str) -> None:
+    """A shift of `w` words a PE by `distance` toward `direction`. Only PEs that send and
+    links that exist carry traffic (hunt 82: a zero-boundary shift across an axis of one PE
+    moved nothing and was priced a hop and a link word; the last lines sent nothing and
+    were counted): with the zero boundary the `distance` lines nearest the edge it moves
+    toward send nothing, so (n_axis - distance) lines send and an axis no longer than
+    `distance` records nothing; a periodic shift (a rotation, `distance` < n_axis) sends
+    from every PE, as on a torus (`on_mesh` lays it on the mesh)."""
     axis = DIRECTIONS[direction][0]
+    size = (wafer.rows, wafer.cols)[axis]
+    senders = wafer.num_pes if boundary == "periodic" else (size - distance) * wafer.num_pes // size
+    if senders <= 0:
+        return  # nothing leaves a PE: no entry, no latency, no link word
     mean_h = hops(wafer, axis)[0]
-    n = wafer.num_pes
     links = {direction: w * distance}  # a value relayed over `distance` links
     lat = chain_hops(wafer, axis, distance)
-    record(wafer, f"shift{direction}", n * w, n * w * distance * mean_h, w, lat, links)
+    word_hops = senders * w * distance * mean_h
+    record(wafer, f"shift{direction}", senders * w, word_hops, w, lat, links)
 
 
 def record_reduce(wafer: Wafer, x, axes: tuple[int, ...], op: str, both: bool, dtype) -> None:

@@ -260,13 +260,18 @@ def broadcast(wafer: Wafer, x: jax.Array, axis: Literal["row", "col"], source: i
     w = led.words_per_pe(x)
     lines = (wafer.cols, wafer.rows)[grid_axis]
     mean_h = led.hops(wafer, grid_axis)[0]
-    led.record(
-        wafer,
-        f"broadcast_{axis}",
-        lines * w,
-        lines * w * (size - 1) * mean_h,
-        w,
-        led.flood_hops(wafer, grid_axis, source),  # the slowest line's longer side
-        {"E": w, "W": w} if grid_axis == 1 else {"N": w, "S": w},  # out from the source
-    )
+    # out from the source, on the links that exist (hunt 82: a line of one PE sent w both
+    # ways, an end PE w off the grid)
+    ahead, back = ("E", "W") if grid_axis == 1 else ("S", "N")
+    out = {d: w for d, there in ((ahead, source < size - 1), (back, source > 0)) if there}
+    if out:  # a line of one PE sends nothing
+        led.record(
+            wafer,
+            f"broadcast_{axis}",
+            lines * w,
+            lines * w * (size - 1) * mean_h,
+            w,
+            led.flood_hops(wafer, grid_axis, source),  # the slowest line's longer side
+            out,
+        )
     return blk.on_blocks(wafer, on_block, x)

@@ -38,6 +38,7 @@ both are re-exported here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -314,6 +315,11 @@ def trace_from(
             "critical_cycles": critical_cycles(report),
             "critical_phase": report.predicted.critical().name,
             "bound": report.bound,
+            # the SRAM layer's capacity: the ledger's PE, else the spec's (hunt 82 L2)
+            "sram_bytes_per_pe": spec.sram_bytes_per_pe if sram is None else sram.bytes_per_pe,
+            "code_stack_bytes_per_pe": (
+                spec.code_stack_bytes_per_pe if sram is None else sram.reserved_bytes_per_pe
+            ),
         },
     )
     return _loadable(trace)
@@ -385,6 +391,41 @@ def trace_uniform(
     for a in report.sram.get("allocations", []):
         ledger.allocate(a["name"], a["bytes_per_pe"], region)
     work = {leaf.name: region for leaf, _ in report.phases.leaves()}
-    return trace_from(
+    trace = trace_from(
         spec, report, per_pe_work=work, regions=[region], sram=ledger, defects=defects
     )
+    return _no_links_out(trace, region)
+
+
+# Per direction, the lines of a region whose PEs send that way: all but the edge line it
+# points at ((first row, first col) shifts of the region's start and end).
+_SENDING = {"N": (1, 0, 0, 0), "S": (0, 0, -1, 0), "W": (0, 1, 0, 0), "E": (0, 0, 0, -1)}
+
+
+def _no_links_out(trace: PeTrace, region: Region) -> PeTrace:
+    """`trace` with no wavelet leaving `region` (hunt 82: a Dirichlet stencil's column 7
+    showed 200 wavelets east where it has no east neighbour): a region that runs every phase
+    alone (`trace_uniform`) sends each link word to a PE of its own, so its edge line toward
+    a direction sends nothing that way, on the wafer's edge or not. Its link layers are
+    uniform on the region (every phase's weight 1 there), so each block keeps the share of
+    its region PEs that send that way, exactly."""
+    b, layers = trace.block, dict(trace.layers)
+
+    def inside(lo: int, hi: int, n: int, cells: int) -> np.ndarray:  # PEs of [lo, hi) a block
+        start = np.arange(cells) * b
+        return np.clip(np.minimum(start + b, min(hi, n)) - np.maximum(start, lo), 0, None)
+
+    r0, c0 = region.row0, region.col0
+    r1, c1 = r0 + region.rows, c0 + region.cols
+    for d, (dr0, dc0, dr1, dc1) in _SENDING.items():
+        a = layers[f"link_{d}"]
+        whole = np.outer(
+            inside(r0, r1, trace.rows, a.shape[0]), inside(c0, c1, trace.cols, a.shape[1])
+        )
+        send = np.outer(
+            inside(r0 + dr0, r1 + dr1, trace.rows, a.shape[0]),
+            inside(c0 + dc0, c1 + dc1, trace.cols, a.shape[1]),
+        )
+        share = np.divide(send, whole, out=np.zeros(a.shape), where=whole > 0)
+        layers[f"link_{d}"] = np.asarray(a, np.float64) * share
+    return dataclasses.replace(trace, layers=layers)

@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "FIELDS", "META", "MAX_RECORDS", "MAX_TEXT", "TEXT_WORDS", "is_str", "is_number", "is_ints",
+    "sram_capacity",
 ]  # fmt: skip
 
 MAX_TEXT = 1000  # characters of a name in a header (a page title, a PNG's caption)
@@ -56,4 +57,22 @@ META = {
     "units": is_str,
     "critical_phase": is_str,
     "bound": is_str,
+    # hunt 82 L2: the SRAM layer's capacity, a PE's bytes and its program's (assumed) share
+    "sram_bytes_per_pe": is_number,
+    "code_stack_bytes_per_pe": is_number,
 }
+
+
+def sram_capacity(meta: dict[str, Any]) -> str:
+    """What the SRAM layer is measured against, from a trace's meta: "of 47,104 B a PE
+    holds for data (49,152 B less 2,048 B of program, assumed)"; "" where the meta has no
+    capacity (a file written before hunt 82)."""
+    whole, reserve = meta.get("sram_bytes_per_pe"), meta.get("code_stack_bytes_per_pe", 0)
+    if not is_number(whole) or not is_number(reserve):
+        return ""
+    if not reserve:
+        return f"of {whole:,.0f} B a PE holds"
+    return (
+        f"of {whole - reserve:,.0f} B a PE holds for data ({whole:,.0f} B less {reserve:,.0f} B "
+        "of program, assumed)"
+    )

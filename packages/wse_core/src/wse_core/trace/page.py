@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from wse_core.trace.fields import FIELDS, META
+from wse_core.trace.fields import FIELDS, META, sram_capacity
 
 if TYPE_CHECKING:  # PeTrace.plot / _repr_html_ import this module
     from wse_core.trace.schema import PeTrace
@@ -58,6 +58,7 @@ def page_data(trace: PeTrace) -> dict[str, Any]:
             layers[key] = {"b64": base64.b64encode(flat.tobytes()).decode("ascii")}
     return {
         "header": _page_header(trace),
+        "sram_capacity": sram_capacity(trace.meta),  # the SRAM layer's legend (hunt 82 L2)
         "layers": layers,
         "dead": trace.dead.tolist(),
         "viridis": _colormap("viridis"),
@@ -234,8 +235,10 @@ function legend() {
   const s = SPEC[layer], per = s.reduction === "sum" && B > 1 ? ` per PE (mean of ${B} x ${B})` :
     (B > 1 ? ` (max of ${B} x ${B})` : " per PE");
   const tot = s.reduction === "sum" ? `; total ${fmt(s.total)} ${esc(s.unit)}` : "";
+  const cap = layer === "sram_bytes" && D.sram_capacity ?
+    `<div class=muted>${esc(D.sram_capacity)}</div>` : "";
   el.innerHTML = `<b>${esc(s.title)}</b><div class=muted>${esc(s.unit)}${per}${tot}, max
-    ${fmt(s.max)}</div><canvas width=256 height=1></canvas>
+    ${fmt(s.max)}</div>${cap}<canvas width=256 height=1></canvas>
     <div class=row><span>${fmt(lo)}</span><span>${fmt(hi)} ${esc(s.unit)}</span></div>
     <div class=muted>○ critical PE of a phase${layer === "detour_hops" ?
       "; ■ dead PE (physical position)" : ""}</div>`;

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wse_core.figures import plain, save_png
+from wse_core.trace.fields import sram_capacity
 
 if TYPE_CHECKING:  # PeTrace.plot / _repr_html_ import this module
     from wse_core.trace.schema import PeTrace
@@ -53,7 +54,11 @@ def trace_figure(trace: PeTrace, title: str | None = None) -> Any:
     skinny = max(trace.rows, trace.cols) > 4 * min(trace.rows, trace.cols)  # stretch a strip
     links = sum(per_pe(trace, f"link_{d}") for d in "NSEW")
     panels = [
-        ("SRAM in use", per_pe(trace, "sram_bytes"), "B per PE"),
+        (
+            "\n".join(filter(None, ("SRAM in use", sram_capacity(trace.meta)))),  # hunt 82 L2
+            per_pe(trace, "sram_bytes"),
+            "B per PE",
+        ),
         ("busy cycles", per_pe(trace, "busy_cycles"), "cycles"),
         ("link traffic N+S+E+W", links, "wavelets per PE"),
         ("defects and regions", per_pe(trace, "detour_hops"), "detour hops per PE"),
