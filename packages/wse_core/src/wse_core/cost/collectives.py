@@ -12,8 +12,15 @@ within 4%:
 
 `PerfModel` prices them as max(C, ...) + L * hop_latency_cycles + D * (2 T_R + 1): L is
 added outside the max (the E/N term, the mean link load, is left out: on a line the busiest
-link carries C words at most). The combining adds stream as the wavelets arrive (the C
-term) and their issue overlaps the wait for data, so a collective counts no `Op`s.
+link carries C words at most). Why not their max(C, E/N + L): a collective is a `Work`
+priced by the one algebra every phase is priced by, streaming bounds in a max and the
+latency after them (`wse_core.cost.pricing`), with no overlap of a stream with its own
+pipeline fill; against their form this adds at most min(C, L), an upper bound: C = 352
+cycles of a 16-word allreduce on the full WSE-3 (about 14% of it), 22 of a scalar's (about
+1%). No row of the calibration set tells the two apart (REFERENCES.md gives the form and
+its constants only), so the one algebra is kept (hunt 82 L4). The combining adds stream as
+the wavelets arrive (the C term) and their issue overlaps the wait for data, so a
+collective counts no `Op`s.
 
 Algorithms (their Sec. 4-5, closed forms per the paper; p PEs, B words):
     star       C = B (p - 1)          L = p - 1   D = 1
