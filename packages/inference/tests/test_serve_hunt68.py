@@ -99,7 +99,7 @@ def test_apply_chat_template_gets_the_content_format_of_its_template():
 
         def apply_chat_template(self, msgs, *, tokenize, add_generation_prompt):
             self.seen = msgs
-            return [1]
+            return "x"  # the rendered text (tokenize=False, review 82)
 
     tok = Recording()
     chat_prompt(TWO_PARTS, tok)

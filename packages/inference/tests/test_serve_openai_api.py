@@ -26,8 +26,10 @@ class _TemplateTokenizer(ByteTokenizer):
 
 class _HFStyleTokenizer(ByteTokenizer):
     def apply_chat_template(self, messages, *, tokenize, add_generation_prompt):
-        assert tokenize and add_generation_prompt
-        return [len(messages), 7]
+        # rendered to text, as vLLM renders it (review 82: tokenize=True returns a
+        # BatchEncoding in transformers 5), then tokenized by the server
+        assert not tokenize and add_generation_prompt
+        return f"<{len(messages)} messages>"
 
 
 def test_chat_templates_plain_jinja_and_tokenizer_method():
@@ -43,7 +45,7 @@ def test_chat_templates_plain_jinja_and_tokenizer_method():
     jinja = _TemplateTokenizer()
     want = "<|system|>Be brief.<|user|>Hi\n!<|assistant|>"
     assert jinja.decode(chat_prompt(msgs, jinja)) == want
-    assert chat_prompt(msgs, _HFStyleTokenizer()) == [2, 7]
+    assert chat_prompt(msgs, _HFStyleTokenizer()) == list(b"<2 messages>")
     with pytest.raises(InvalidRequestError):
         chat_prompt([{"role": "user", "content": [{"type": "image_url"}]}], TOK)
 

@@ -98,7 +98,7 @@ def test_apply_chat_template_gets_the_names_and_the_generation_flag():
     class Recording(ByteTokenizer):
         def apply_chat_template(self, msgs, *, tokenize, add_generation_prompt):
             self.seen = (msgs, add_generation_prompt)
-            return [1]
+            return "x"  # the rendered text (tokenize=False, review 82)
 
     tok = Recording()
     chat_prompt(NAMED, tok, add_generation_prompt=False)

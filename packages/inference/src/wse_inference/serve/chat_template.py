@@ -3,13 +3,15 @@
 `chat_prompt(messages, tokenizer, chat_template, content_format=..., max_context=...)` gives a
 chat's token ids (`chat_text`: the text a Jinja or the plain template renders).
 The template: one given to the server (`chat_template=`, vLLM's --chat-template) comes first;
-then a tokenizer with `apply_chat_template` (transformers) is used as is; then one with a
+then a tokenizer with `apply_chat_template` (transformers) renders the text, which its own
+`encode` tokenizes without special tokens, as vLLM does (review 82); then one with a
 `chat_template` Jinja string (an HF directory's, see `model_dir`). Jinja templates are
 rendered as transformers renders them: a sandboxed environment with trim_blocks and
 lstrip_blocks, `messages`, `tools` and `documents` (None: this server takes neither),
 `add_generation_prompt` (True unless /tokenize asks otherwise), a request's
 `chat_template_kwargs` (vLLM's: more variables, e.g. Qwen3's `enable_thinking`, names in
-`RESERVED_KWARGS` refused: `template_kwargs`), the tokenizer's special
+`RESERVED_KWARGS` refused, transformers' tokenizer-call parameters `CALL_KWARGS` left out:
+`template_kwargs`), the tokenizer's special
 tokens (transformers' special_tokens_map: bos_token, eos_token, unk_token, pad_token, ...;
 hunt 71: `tools is not none` held for an undefined `tools` and told a trimmed Llama template
 "Environment: ipython"), and `raise_exception(msg)`, whose message (e.g. "roles must
@@ -49,16 +51,18 @@ The template is compiled and rendered within bounds by `wse_inference.serve.temp
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+import inspect
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from wse_inference.engine import Tokenizer
 from wse_inference.serve.admission import InvalidRequestError, encode_prompt, shown_json
 from wse_inference.serve.template_sandbox import compile_chat_template, render_bounded
 
-__all__ = ["CHAT_ROLES", "CONTENT_FORMATS", "MAX_NAME_CHARS", "RESERVED_KWARGS", "SAMPLE_CHAT",
-           "TEXT_PARTS", "chat_prompt", "chat_text", "compile_chat_template",
+__all__ = ["CALL_KWARGS", "CHAT_ROLES", "CONTENT_FORMATS", "MAX_NAME_CHARS", "RESERVED_KWARGS",
+           "SAMPLE_CHAT", "TEXT_PARTS", "chat_prompt", "chat_text", "compile_chat_template",
            "detect_content_format", "render_bounded", "template_kwargs",
            "template_problem"]  # fmt: skip
 
@@ -204,12 +208,23 @@ RESERVED_KWARGS = {
 }
 
 
+# transformers' `apply_chat_template` parameters (v5.x) past RESERVED_KWARGS: its own, read by
+# its tokenizer call, never a template's variables (review 82: they reached it, so a request's
+# {"truncation": true, "max_length": 2} cut the server's prompt). vLLM renders the text
+# (tokenize=False), where they change nothing (vllm/renderers/hf.py,
+# `resolve_chat_template_kwargs`, `safe_apply_chat_template`); here they are left out
+CALL_KWARGS = frozenset({"conversation", "sanitize_control_tokens", "padding", "truncation",
+                         "max_length", "return_tensors", "return_dict",
+                         "return_assistant_tokens_mask", "tokenizer_kwargs"})  # fmt: skip
+
+
 def template_kwargs(value: Any) -> dict[str, Any]:
     """vLLM's chat_template_kwargs: more variables of the chat template's render (Qwen3's
     {"enable_thinking": false}); null is none. Not an object, or a name in
     `RESERVED_KWARGS`, is a 400 naming it (hunt 81: every one was refused, so a vLLM client
     that switches thinking off failed on every request). Like vLLM, a name the template does
-    not read changes nothing."""
+    not read changes nothing, and a name of transformers' tokenizer call (`CALL_KWARGS`:
+    truncation, max_length, return_dict...) is no variable: it is left out."""
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -224,7 +239,7 @@ def template_kwargs(value: Any) -> dict[str, Any]:
                 f"chat_template_kwargs cannot set {shown_json(name)}: {RESERVED_KWARGS[name]}.",
                 param="chat_template_kwargs",
             )
-    return dict(value)
+    return {k: v for k, v in value.items() if k not in CALL_KWARGS}
 
 
 def _template_messages(checked: list[tuple[dict, list[str]]], content_format: str) -> list[dict]:
@@ -332,13 +347,20 @@ def chat_text(
     if template is None:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs)
         return text + ("assistant:" if add_generation_prompt else "")
-    import jinja2
-
     # transformers' apply_chat_template: {**special_tokens_map, **kwargs}, then its own
     variables = {**getattr(tokenizer, "template_vars", {}), **(template_kwargs or {})}
-    try:  # what transformers' apply_chat_template passes its template
+    with _render_errors():  # what transformers' apply_chat_template passes its template
         return render_bounded(template, messages=msgs, tools=None, documents=None,
                               add_generation_prompt=add_generation_prompt, **variables)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _render_errors() -> Iterator[None]:
+    """A template's error on these messages as the 400 vLLM answers, in one line."""
+    import jinja2
+
+    try:
+        yield
     except InvalidRequestError:
         raise
     except jinja2.TemplateError as e:  # hunt 60: raise_exception's text whole, newlines too
@@ -352,6 +374,30 @@ def chat_text(
         raise _bad(
             f"The chat template cannot render these messages: {type(e).__name__}: {why}"
         ) from None
+
+
+def _transformers_ids(tokenizer: Any, msgs: list[dict], add_generation_prompt: bool,
+                      kwargs: Mapping[str, Any]) -> list[int]:  # fmt: skip
+    """A transformers tokenizer's chat as vLLM renders it: `apply_chat_template` to text
+    (tokenize=False) with the request's template variables alone (`CALL_KWARGS` and the
+    tokenizer's own parameters left out), then the text's tokens without special tokens, as
+    transformers' tokenize=True and vLLM's chat (add_special_tokens False) take them (review
+    82: tokenize=True returns a BatchEncoding in transformers 5, whose keys were taken as the
+    prompt, ['input_ids', 'attention_mask'])."""
+    own = inspect.signature(tokenizer.apply_chat_template).parameters
+    variables = {k: v for k, v in kwargs.items() if k not in CALL_KWARGS and (
+        k not in own or own[k].kind is inspect.Parameter.VAR_KEYWORD)}  # fmt: skip
+    with _render_errors():
+        text = tokenizer.apply_chat_template(
+            msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **variables
+        )
+    if not text:
+        return []
+    takes = inspect.signature(tokenizer.encode).parameters  # a duck without the flag adds none
+    plain = "add_special_tokens" in takes or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in takes.values())  # fmt: skip
+    return list(tokenizer.encode(text, add_special_tokens=False) if plain else (
+        tokenizer.encode(text)))  # fmt: skip
 
 
 def chat_prompt(
@@ -374,11 +420,7 @@ def chat_prompt(
         checked = _checked(messages)
         form = _resolved(content_format, _template_text(tokenizer, None))
         msgs = _template_messages(checked, form)
-        return list(
-            tokenizer.apply_chat_template(
-                msgs, tokenize=True, add_generation_prompt=add_generation_prompt, **kwargs
-            )
-        )
+        return _transformers_ids(tokenizer, msgs, add_generation_prompt, kwargs)
     text = chat_text(messages, tokenizer, chat_template, content_format=content_format,
                      add_generation_prompt=add_generation_prompt,
                      template_kwargs=kwargs)  # fmt: skip
