@@ -8,8 +8,9 @@
 4. /v1/completions without max_tokens took generation_config.json's max_new_tokens (5) where
    vLLM gives its CompletionRequest default, 16;
 5. (the server's side of) several served names: the answer's `model` echoed the alias asked;
-6. an answer cut by max_tokens inside a UTF-8 character ended in U+FFFD, whole, streamed, on
-   gRPC and in the engines' tracker (`wse infer generate`).
+6. an answer cut by max_tokens inside a UTF-8 character, or after bytes that are no UTF-8,
+   ended in U+FFFD, whole, streamed, on gRPC and in the engines' tracker (`wse infer
+   generate`), where vLLM's detokenizer holds text that ends in U+FFFD and drops it at the end.
 
 Oracles: the request's own prompt string and transformers' `decode(ids)` (its
 skip_special_tokens default False, as vLLM's renderer `_detokenize_prompt` calls it) for 2, the
@@ -17,13 +18,12 @@ echoed logprob texts joining to the text; vLLM's messages and rules written out 
 source for 3 and 4 (vllm/entrypoints/openai/serving_engine.py `_validate_input`'s `max_tokens is
 None` branch; vllm/entrypoints/serve/utils/api_utils.py `get_max_tokens` with
 CompletionRequest's `max_tokens = 16` and ChatCompletionRequest's None); vLLM's
-`OpenAIServingModels.model_name()`, `base_model_paths[0].name`, for 5; Python's incremental
-UTF-8 decoder (not final: it holds a character still arriving, as vLLM's detokenizer does) for 6.
+`OpenAIServingModels.model_name()`, `base_model_paths[0].name`, for 5; vLLM's hold (text
+ending in U+FFFD is not let go; nothing flushes it) over Python's UTF-8 codec for 6.
 """
 
 from __future__ import annotations
 
-import codecs
 import json
 
 import grpc
@@ -37,7 +37,7 @@ from wse_inference.serve.admission import InvalidRequestError
 from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.openai_request import parse_request
 from wse_inference.serve.proto import load_stubs
-from wse_inference.testing import save_byte_bpe
+from wse_inference.testing import let_go, save_byte_bpe
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.timeout(120)
@@ -179,24 +179,26 @@ def test_any_served_name_is_taken_and_the_first_is_reported(server):
                       model_names=["first", "second"], max_context=64)  # fmt: skip
 
 
-# -- 6: a character cut by max_tokens ------------------------------------------------------------
-def _final(prompt: bytes, made: bytes) -> str:
-    """The answer's text as vLLM's detokenizer makes it from these bytes: what the incremental
-    decoder returns (not final: a character still arriving stays held), past the prompt's."""
-    text = codecs.getincrementaldecoder("utf-8")("replace").decode(prompt + made)
-    return text[len(prompt.decode("utf-8", "replace")) :]
+# -- 6: an answer that ends in U+FFFD (a character cut by max_tokens, bytes no UTF-8) ------------
+def _vllm_text(made: bytes) -> str:
+    """The answer's text from these bytes (one a token, the mock's) as vLLM's detokenizer
+    lets it go (`testing.let_go`, with this server's bound on a held run: vLLM holds it
+    whole); what is held at the end is dropped."""
+    return made[: let_go([bytes([b]) for b in made])].decode("utf-8", "replace")
 
 
-# the mock's bytes after each prompt: "hi" + "\xcf" -> D0 (a 2-byte lead: unfinished), D1 ...;
-# "\xdf" -> E0, E1 (3-byte leads: the first unfinished for good, the last still arriving)
-CUTS = [(b"hi\xcf", 1, ""), (b"hi\xcf", 2, "\ufffd"), (b"\xdf", 3, "\ufffd\ufffd"),
-        (b"ab", 3, "cde")]  # fmt: skip
+# the mock's bytes after each prompt: "hi" + CF -> D0 (a 2-byte lead: unfinished), D1 ...;
+# DF -> E0, E1, E2 (3-byte leads); 7E -> 7F (a character), 80, 81, ... (no UTF-8: the hunt's
+# case, its tiny model's "\x17" then 0xFE, was "\x17\ufffd"); past a run of 4 held tokens
+# the server lets go of all but a character still arriving (hunt 62's bound; vLLM holds all)
+CUTS = [(b"hi\xcf", 1, ""), (b"hi\xcf", 2, ""), (b"\xdf", 3, ""), (b"\x7e", 2, "\x7f"),
+        (b"\x7e", 7, "\x7f" + "\ufffd" * 6), (b"ab", 3, "cde")]  # fmt: skip
 
 
 @pytest.mark.parametrize("prompt, n, want", CUTS)
-def test_an_answer_cut_inside_a_character_ends_before_it_everywhere(prompt, n, want):
+def test_an_answer_ending_in_fffd_ends_before_it_everywhere(prompt, n, want):
     made = bytes(prompt[-1] + 1 + i for i in range(n))
-    assert _final(prompt, made) == want  # before: each ended in one more U+FFFD
+    assert _vllm_text(made) == want  # before: every case but the last ended in U+FFFD
     engine = MockEngine(max_slots=2)
     server = Server(engine, ServeConfig(port=0, grpc_port=0)).start()
     try:
@@ -210,8 +212,61 @@ def test_an_answer_cut_inside_a_character_ends_before_it_everywhere(prompt, n, w
         server.close()
     assert whole["text"] == streamed[0] == "".join(a.text for a in answers) == want
     assert whole["finish_reason"] == answers[-1].finish_reason == "length"
-    assert "".join(whole["logprobs"]["tokens"]) == want  # the held character's token: ""
+    # the tokens' texts join to it, whole and streamed (those held at the end: "")
+    assert "".join(whole["logprobs"]["tokens"]) == "".join(streamed[1]) == want
     tracker = SequenceTracker(SamplingParams(max_tokens=n), ByteTokenizer(), prompt_ids=prompt)
     for t in made:  # the engines' tracker: `wse infer generate`'s text
         tracker.add(t)
     assert (tracker.finish_reason, tracker.visible_text()) == ("length", want)
+
+
+# pieces of every kind: ASCII, whole characters of 2-4 bytes, their first bytes alone, lone
+# continuation bytes, bytes that are never UTF-8, U+FFFD itself
+KINDS = [b"a", b" ", b"\xc3\xa9", "中".encode(), "😊".encode(), b"\xe4", b"\xe4\xbd", b"\xf0\x9f",
+         b"\x80", b"\xbf", b"\xfe", b"\xff", "\ufffd".encode()]  # fmt: skip
+
+
+@pytest.mark.parametrize("make", ["bytes", "byte-level"])
+def test_text_and_logprob_texts_hold_alike_for_any_bytes(tmp_path, make):
+    """Whole and streamed in random chunks, the text (`TextStream`) and the logprob tokens'
+    texts hold and drop the same (`token_bytes.Hold` in both); on the byte tokenizer the
+    text is the `testing.let_go` oracle's (vLLM's hold, from whole decodes)."""
+    import random
+    import types
+
+    from wse_inference.engine import TokenLogprob
+    from wse_inference.serve.openai_logprobs import logprobs_and_end
+    from wse_inference.serve.text_stream import TextStream
+
+    if make == "bytes":
+        tok = ByteTokenizer()
+    else:
+        save_byte_bpe(tmp_path / "tokenizer.json", texts=("hello world",))
+        tok = read_tokenizer_file(tmp_path / "tokenizer.json")
+    p = types.SimpleNamespace(sampling=types.SimpleNamespace(logprobs=0), prompt_ids=[],
+                              tokens_as_ids=False, kind="completion")  # fmt: skip
+    rng = random.Random(82)
+    for case in range(300):
+        data = b"".join(rng.choice(KINDS) for _ in range(rng.randint(1, 12)))
+        ids = tok.encode(data.decode("latin-1")) if make != "bytes" else list(data)
+        if make != "bytes":  # a byte-level BPE spells each byte as its own symbol's token
+            ids = [t for b in data for t in tok.encode(bytes([b]).decode("latin-1"))]
+        prompt = list(tok.encode("ok "))
+        lps = [TokenLogprob(t, -1.0, ((t, -1.0),)) for t in ids]
+        whole, _ = logprobs_and_end(p, lps, tok)
+        stream = TextStream(tok, prompt_ids=prompt)
+        text = stream.push(ids)[0] + stream.flush()
+        pieces, tokens, at, offset = TextStream(tok, prompt_ids=prompt), [], 0, 0
+        streamed = ""
+        while at < len(ids):
+            size = rng.randint(1, len(ids) - at)
+            body, offset = logprobs_and_end(p, lps[at : at + size], tok, text_offset=offset,
+                                            previous=ids[:at])  # fmt: skip
+            tokens += body["tokens"]
+            streamed += pieces.push(ids[at : at + size])[0]
+            at += size
+        streamed += pieces.flush()
+        assert "".join(whole["tokens"]) == "".join(tokens) == text == streamed, (case, data)
+        if make == "bytes":
+            own = [bytes([b]) for b in data]
+            assert text == data[: let_go(own)].decode("utf-8", "replace"), (case, data)

@@ -20,7 +20,6 @@ chat's prompt ids, the whole answer for the stream); the VERSION file read direc
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import json
 import math
@@ -35,6 +34,7 @@ from wse_inference.mock import MockEngine
 from wse_inference.sampling import with_eos
 from wse_inference.serve.app import ServeConfig, Server
 from wse_inference.serve.testing import running_server
+from wse_inference.testing import let_go
 
 pytestmark = pytest.mark.timeout(120)
 LN2 = math.log(2)
@@ -84,10 +84,11 @@ def _refusal(server, route: str, body: dict) -> str:
 # -- hole 1: a chunk for every step that made tokens --------------------------------------------
 def _answer_text(prompt_ids: list[int], made: list[int], stop: str | None) -> str:
     """The answer's text by Python's own UTF-8 decoder (the mock's tokens are bytes): the
-    whole decode past the prompt's, cut before the stop string; a character left unfinished
-    at the end is not text, as vLLM's (the incremental decoder, not final, holds it; hunt 82:
-    its U+FFFD ended the answer)."""
-    text = codecs.getincrementaldecoder("utf-8")("replace").decode(bytes(prompt_ids + made))
+    whole decode past the prompt's, cut before the stop string; what the detokenizer still
+    holds at the end (text ending in U+FFFD) is not text, as vLLM's (`testing.let_go`; hunt
+    82: its U+FFFDs ended the answer)."""
+    made = made[: let_go([bytes([t]) for t in made])]
+    text = bytes(prompt_ids + made).decode("utf-8", "replace")
     text = text[len(bytes(prompt_ids).decode("utf-8", "replace")) :]
     return text if stop is None else text[: text.index(stop)]
 

@@ -18,10 +18,14 @@
   POST with the SSE bytes `stream` (a server `wse infer bench` must not trust); either may be
   a timed or endless sequence of pieces, every reply may have another `status`, and the
   requests' headers can be kept (`seen`).
+- `let_go(pieces)`: how many generated tokens (their own bytes) a detokenizer has let go by
+  vLLM's rule (text ending in U+FFFD is held; nothing flushes it) with this server's bound on
+  a held run, from whole decodes (the oracle of `serve.token_bytes.Hold`).
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import http.server
 import itertools
@@ -52,6 +56,7 @@ __all__ = [
     "save_tiny_model",
     "one_request",
     "fake_openai_server",
+    "let_go",
 ]
 
 
@@ -311,3 +316,28 @@ def llama2_bpe(texts: Iterable[str]):
     special = ["<unk>", "<s>", "</s>", *LLAMA2_BYTES]
     tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=special))
     return tok
+
+
+def let_go(pieces: list[bytes]) -> int:
+    """How many of `pieces` (generated tokens' own bytes, oldest first) a detokenizer has let
+    go: by vLLM's rule (`detokenize_incrementally`, `DecodeStream.step`), a token lets the
+    text go when the answer's bytes so far, decoded whole by Python's codec (U+FFFD for bytes
+    that are no UTF-8 and for a character still arriving), make a text longer than the one
+    let go that ends in no U+FFFD (a token with no bytes right after text let go adds
+    nothing); and by this server's bound (hunt 62), of a run of more than 4 tokens held only
+    the tokens of a character still arriving stay held. Whole decodes, not `Hold`'s state."""
+    done = 0  # tokens through the last that let the text go
+    for k in range(1, len(pieces) + 1):
+        text = b"".join(pieces[:k]).decode("utf-8", "replace")
+        grew = len(text) > len(b"".join(pieces[:done]).decode("utf-8", "replace"))
+        if (grew and not text.endswith("\ufffd")) or (not pieces[k - 1] and done == k - 1):
+            done = k
+    if len(pieces) - done <= 4:
+        return done
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    decoder.decode(b"".join(pieces))
+    arriving, keep = len(decoder.getstate()[0]), 0
+    while arriving > 0:
+        keep += 1
+        arriving -= len(pieces[-keep])
+    return len(pieces) - keep

@@ -44,7 +44,12 @@ from typing import Any, NamedTuple
 from wse_inference.engine import Tokenizer, TokenLogprob
 from wse_inference.hf_tokenizer import ids_text
 from wse_inference.serve.openai_request import ParsedRequest
-from wse_inference.serve.token_bytes import character_start, token_bytes, unfinished_tail
+from wse_inference.serve.token_bytes import (
+    character_start,
+    held_tail,
+    token_bytes,
+    unfinished_tail,
+)
 
 __all__ = ["logprobs_and_end", "logprobs_body", "token_text"]
 
@@ -95,7 +100,7 @@ def logprobs_and_end(
     if prompt is not None:  # the echoed prompt's text is whole: its last character too
         echoed = [(p.prompt_ids[0], None), *((x.token, x) for x in prompt[1:] if x)]
         lead, trail = p.echo_added  # special tokens the text does not spell (a BOS added)
-        scored[:0] = [s._replace(spelled=lead <= i < len(echoed) - trail)
+        scored[:0] = [s._replace(spelled=lead <= i < len(echoed) - trail, prompt=True)
                       for i, s in enumerate(_scored(echoed, (), True))]  # fmt: skip
 
     def name(s: _Scored, t: int) -> str:
@@ -151,6 +156,9 @@ class _Scored(NamedTuple):
     prior: tuple[int, ...]  # the answer's tokens before it (the last 3 x _CHAR_TOKENS)
     last: bool  # it ends an echoed prompt's text, which holds a character left unfinished
     spelled: bool = False  # an echoed prompt's token its text spells: a special one written out
+    # an echoed prompt's token: its text is decoded whole (nothing held back, nothing dropped),
+    # so only a character still arriving is held, for the token that ends it
+    prompt: bool = False
 
 
 def _scored(
@@ -175,13 +183,15 @@ class _TokenTexts:
     (Llama-2's "<0xF0><0x9F><0x98><0x8A>"): each alone decodes to U+FFFD (hunt 71: four
     "\ufffd" for one "😊"), so those ahead of the last are "" and the last is the character,
     decoded with them and with what stands before them stripped. Bytes no later byte makes
-    UTF-8 are U+FFFD for good, as in the answer's text, and the token that shows them carries
-    them (vLLM's "" there: the tokens no longer join to the text): a lone 0x80 is "\ufffd";
-    the token after "<0xE4><0xBD>" that is no 0x80..0xBF shows the two U+FFFD before its own
-    text; an answer cut at "length" inside a character ends in "" for it, as its text ends
-    before it (`TextStream.flush`, vLLM's); an echoed token-id prompt cut inside one shows its
-    held bytes, decoded alone, in its last token, as the echoed text decodes them (hunt 72:
-    '안녕' + "<0xEC>" was '안녕���').
+    UTF-8 are U+FFFD for good, as in the answer's text, and the token whose text lets them go
+    carries them, as the detokenizer holds them (`token_bytes.Hold`, `TextStream`'s; vLLM's ""
+    there: its tokens no longer join to its text): a lone 0x80 is "" and the next token with
+    a character "\ufffd" before its own text; a token after "<0xE4><0xBD>" that is no
+    0x80..0xBF shows the two U+FFFD before its own text once that ends in a character;
+    what the answer ends with still held (cut at "length" inside a character, or after bytes
+    that are no UTF-8) is "", as its text ends before it (`TextStream.flush`, vLLM's; hunt
+    82); an echoed token-id prompt ending so shows those bytes, decoded alone, in its last
+    token, as the echoed text decodes them (hunt 72: '안녕' + "<0xEC>" was '안녕���').
     A character's last token is decoded after the tokens before it from one that begins a
     character: HF's ByteFallback reads a byte run that is no UTF-8 as one U+FFFD per byte,
     head and all (hunt 72: '中国😊' ended "", "", "", "����")."""
@@ -191,11 +201,15 @@ class _TokenTexts:
         cache = functools.lru_cache(maxsize=None)
         self.word = cache(lambda t: token_text(tokenizer, t))
         self.own = cache(lambda t: token_bytes(tokenizer, t, self.word(t)))
-        # how many of the last ids hold a character still arriving, per position (k alternatives)
-        self._held = cache(lambda ids: unfinished_tail([*map(self.own, ids[-_CHAR_TOKENS:])]))
+        # how many of the last ids the detokenizer holds (`TextStream`'s `Hold`: their text
+        # ends in U+FFFD or a character still arriving), per position (k alternatives); in an
+        # echoed prompt, those of a character still arriving
+        self._hold = cache(lambda ids: held_tail([*map(self.own, ids)]))
+        self._held = lambda ids: self._hold(ids).held
+        self._arriving = cache(lambda ids: unfinished_tail([*map(self.own, ids[-_CHAR_TOKENS:])]))
         self._head = cache(lambda ids: tokenizer.decode(ids))  # the same for them too
         self._window = cache(self._from_character)
-        self.held_end = lambda s: s.last and self._held((*s.prior, s.token)) > 0  # cut at length
+        self.held_end = lambda s: s.last and self._arriving((*s.prior, s.token)) > 0
         # a special token (no bytes) written out, as the echo's text spells it (vLLM's decode
         # of a prompt's tokens keeps them: "<|im_start|>"); "" for any other
         self._special = cache(lambda t: "" if self.own(t) else ids_text(tokenizer, [t]))
@@ -209,17 +223,19 @@ class _TokenTexts:
 
     def _text(self, s: _Scored, token: int) -> str:
         prior, n = s.prior, len(s.prior)
-        start = n - self._held(prior)  # the text so far ends before token `start`
-        # ... and after `token`, before token `end`; with nothing arriving before it, its own
-        # bytes tell (cached per token: the k alternatives of a long answer stay quick)
-        ahead = (token,) if start == n else (*prior[1 - _CHAR_TOKENS :], token)
-        left = self._held(ahead)  # ... or at an echoed prompt's end, its held bytes' U+FFFD
+        held = self._arriving if s.prompt else self._held
+        start = n - held(prior)  # the text so far ends before token `start`
+        # ... and after `token`, before token `end`; after text that ended in a character,
+        # its own bytes tell (cached per token: the k alternatives of a long answer stay quick)
+        settled = s.prompt or self._hold(prior).settled
+        ahead = (token,) if start == n and settled else (*prior, token)
+        left = held(ahead)  # ... or at an echoed prompt's end, its held bytes' U+FFFD
         end, ids = n + 1 - left, (*prior, token)
         cut = self._head(ids[end:]) if s.last else ""  # the held bytes alone, as echoed
         if start == n and end == n + 1:
             return self.word(token)  # no character split on either side: its own text
         if end <= start:
-            return cut  # it only adds to a character still arriving
+            return cut  # it only adds to text still held (a character still arriving...)
         window = self._window(prior[:start])
         full = self.tokenizer.decode([*window, *ids[start:end]])
         return full[len(os.path.commonprefix([self._head(window), full])) :] + cut

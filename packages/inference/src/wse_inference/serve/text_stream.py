@@ -11,19 +11,19 @@ all of it together is `decode(prompt_ids + ids)[len(decode(prompt_ids)):]`, cut 
   the text's leading space (Llama-2's and Mistral's `Strip(" ", 1, 0)`) strips it from the
   window's first word, never from a new one (" hello" after the prompt; after a token that
   decodes to "", a special token);
-- bytes of an unfinished UTF-8 character (decoded as U+FFFD) are held until complete; the
-  window is short, so the cost per token is O(1) (text that keeps ending in U+FFFD, no UTF-8
-  or U+FFFD itself, is released but for its last 4 tokens once 8 are held: a character is at
-  most 4 bytes); those of a character left unfinished at the end are dropped (`flush`), as
-  vLLM's detokenizer never emits a character still arriving (`DecodeStream.step` and
-  `detokenize_incrementally` return nothing while the text ends in U+FFFD, and nothing
-  flushes them at the finish; hunt 82: a "length" answer ended in U+FFFD);
+- text that ends in U+FFFD (bytes of an unfinished UTF-8 character, bytes that are no UTF-8,
+  or U+FFFD itself) is held until a token's text follows it, as vLLM's detokenizer holds it
+  (`DecodeStream.step` and `detokenize_incrementally` return nothing while the text ends in
+  U+FFFD), read off the tokens' own bytes (`token_bytes.Hold`, which the logprobs' texts
+  share); the window is short, so the cost per token is O(1) (a run that keeps ending in
+  U+FFFD is released, once more than 4 tokens are held, but for a character still arriving;
+  vLLM holds it all); what is held at the end is dropped (`flush`), as vLLM flushes nothing
+  at the finish (hunt 82: a "length" answer ended in U+FFFD);
 - text that could still turn out to be the beginning of a stop string is held back;
 - stop strings are matched on final text only, as vLLM's after its U+FFFD hold-back: a
-  U+FFFD decoded while a character is half generated matches nothing, nor does one left
-  unfinished at the end; a U+FFFD that stays (bytes that are no UTF-8, or the character
-  itself) is text and matches once it is final (a later token's text follows it, 8 tokens
-  are held, or the sequence ends: `flush`);
+  U+FFFD held matches nothing, nor does one held at the end; a U+FFFD that stays (bytes
+  that are no UTF-8, or the character itself) is text and matches once it is final (a later
+  token's text follows it, or more than 4 tokens are held);
 - on a stop string the text is cut just before it and `stopped` is True (OpenAI semantics: the
   stop sequence is not part of the output); the stop string that is completed first wins (with
   stops "b" and "aba", "ab..." stops at "a" — generation never reaches the longer one); a token
@@ -46,14 +46,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from wse_inference.serve.token_bytes import character_start, token_bytes, unfinished_tail
+from wse_inference.serve.token_bytes import Hold, character_start, token_bytes
 
 if TYPE_CHECKING:  # engine.py's SequenceTracker imports this module
     from wse_inference.engine import Tokenizer
 
 __all__ = ["TextStream"]
 
-_MOST_HELD = 8  # tokens held back while their text ends in U+FFFD (see _decode_tail)
 _PROMPT_WINDOW = 5  # vLLM's INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET
 _CHAR_BYTES = 4  # a UTF-8 character's most bytes (RFC 3629): at most 4 tokens hold one
 
@@ -82,6 +81,7 @@ class TextStream:
         self._made = 0  # generated tokens pushed, stop tokens too
         self._floor = 0  # the first min_tokens tokens' text: no stop string ends in it
         self._ids, self._before = self._prompt_window(prompt_ids)  # _before: window's text
+        self._hold = Hold()  # the generated tokens' bytes: what is held back
         self._prefix = 0  # start of the decode window
         self._read = len(self._ids)  # ids up to here are in `text`
         self.text = ""  # all decoded text so far (cut at a stop string)
@@ -141,30 +141,25 @@ class TextStream:
         return self._take(final=True)
 
     def _release(self) -> None:
-        """The held tokens' text, but for a character left unfinished (its bytes in the last
-        tokens, `unfinished_tail`), which is dropped as vLLM's detokenizer drops it (module
-        docstring; the logprobs' texts of its tokens are "" too, their `bytes` its bytes).
-        Before them, bytes that are no UTF-8 stay U+FFFD, decoded with the window (hunt 72:
-        never the character's bytes with them, which HF's ByteFallback turned, with the
-        characters before them, into one U+FFFD per byte: '안녕' + "<0xEC>" was '안녕���')."""
+        """The held tokens' text when it ends in neither U+FFFD nor a character still
+        arriving (tokens with no text of their own: special ones); else none of it, as vLLM's
+        detokenizer drops it (module docstring; hunt 82: a "length" answer ended in U+FFFD;
+        the logprobs' texts of those tokens are "" too, their `bytes` theirs)."""
         if self._read < len(self._ids):
-            n = len(self._ids)
-            ends = [self._own(t) for t in self._ids[max(self._read, n - _CHAR_BYTES) :]]
-            held = unfinished_tail(ends)  # the last tokens: the character's bytes
-            self.text += self._tok.decode(self._ids[self._prefix : n - held])[len(self._before) :]
-            self._read = n
-            self._check_stop()
+            if not self._hold.bad:
+                after = self._tok.decode(self._ids[self._prefix :])
+                self.text += after[len(self._before) :]
+                self._check_stop()
+            self._read = len(self._ids)
 
     def _decode_tail(self) -> None:
-        after = self._tok.decode(self._ids[self._prefix :])
-        if len(after) > len(self._before) and not after.endswith("\ufffd"):
-            self.text += after[len(self._before) :]
-            self._advance(len(self._ids), after)
-        elif len(self._ids) - self._read >= _MOST_HELD:
-            # hunt 62: a run of U+FFFD or of bytes that are no UTF-8 was held whole, decoded
-            # again each token (8,000 tokens: 30 s): a character still arriving spans at most
-            # 4 bytes, so at most the last 4 tokens; what comes before them is final
-            cut = len(self._ids) - 4
+        """The text up to the tokens `Hold` holds (those whose text still ends in U+FFFD, or
+        of a character still arriving past a run of 4: hunt 62, a run of U+FFFD or of bytes
+        that are no UTF-8 was held whole and decoded again each token, 8,000 tokens 30 s) is
+        final; the logprobs' texts follow the same `Hold`."""
+        self._hold.push(self._own(self._ids[-1]))
+        cut = len(self._ids) - self._hold.held
+        if cut > self._read:
             upto = self._tok.decode(self._ids[self._prefix : cut])
             self.text += upto[len(self._before) :]
             self._advance(cut, upto)

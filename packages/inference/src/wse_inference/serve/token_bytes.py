@@ -21,18 +21,21 @@ text's UTF-8.
 
 `unfinished_tail(pieces)` reads tokens' bytes the other way: how many of the last tokens hold
 a UTF-8 character still arriving (an emoji's first 3 bytes of 4), whose text is no text yet
-(`openai_response`'s logprobs texts, as vLLM's: hunt 71).
+(`openai_response`'s logprobs texts, as vLLM's: hunt 71). `Hold` (`held_tail`) is the
+detokenizer's hold, which `TextStream` and the logprobs texts share: the last tokens whose
+text still ends in U+FFFD or in a character still arriving.
 """
 
 from __future__ import annotations
 
 import codecs
+import collections
 import functools
 import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["character_start", "token_bytes", "unfinished_tail"]
+__all__ = ["HELD_TOKENS", "Hold", "character_start", "held_tail", "token_bytes", "unfinished_tail"]
 
 _BYTE_NAME = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
@@ -111,6 +114,68 @@ def unfinished_tail(pieces: Sequence[bytes]) -> int:
             break
         left, count = left - len(piece), count + 1
     return count
+
+
+HELD_TOKENS = 4  # a run held past this many tokens keeps only a character still arriving
+
+
+class Hold:
+    """What a detokenizer holds back (`TextStream`'s, vLLM's: `detokenize_incrementally` and
+    tokenizers' `DecodeStream.step` emit nothing while the text ends in U+FFFD), read off the
+    tokens' own bytes fed in order (`push`): the tokens after the last whose text grew the
+    text and left it ending neither in U+FFFD (bytes that are no UTF-8, or the character
+    itself) nor in a character still arriving (`bad`). Past a run of HELD_TOKENS only the
+    tokens of a character still arriving are held (hunt 62: a run that keeps ending in U+FFFD
+    was held whole and decoded again each token; vLLM holds it all); the count depends on
+    the last tokens alone, so a reader that starts within a run counts the same. `held` is
+    how many; at the end of an answer they are dropped, as vLLM's (hunt 82)."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._run = 0  # tokens since the text last ended in a character
+        self._run_chars = 0  # characters they decoded
+        self._last: collections.deque[int] = collections.deque(maxlen=HELD_TOKENS)  # bytes
+        self._last_bad = False  # the last character decoded is U+FFFD
+
+    @property
+    def bad(self) -> bool:
+        """The text ends in U+FFFD, or in bytes of a character still arriving."""
+        return self._last_bad or bool(self._decoder.getstate()[0])
+
+    @property
+    def settled(self) -> bool:
+        """No run: the text last ended in a character (the next token starts afresh)."""
+        return not self._run
+
+    @property
+    def held(self) -> int:
+        if self._run <= HELD_TOKENS:
+            return self._run
+        arriving, keep = len(self._decoder.getstate()[0]), 0
+        while arriving > 0:  # the tokens of the character still arriving (at most 3 bytes)
+            keep += 1
+            arriving -= self._last[-keep]
+        return keep
+
+    def push(self, piece: bytes) -> None:
+        """One token's bytes."""
+        self._last.append(len(piece))
+        if not piece and not self._run:  # no text of its own (a special token) after text
+            return  # nothing to hold
+        out = self._decoder.decode(piece)
+        self._last_bad = out[-1] == "\ufffd" if out else self._last_bad
+        self._run, self._run_chars = self._run + 1, self._run_chars + len(out)
+        if self._run_chars and not self.bad:  # the text ends in a character: let go
+            self._run = self._run_chars = 0
+
+
+def held_tail(pieces: Sequence[bytes]) -> Hold:
+    """`Hold` after the `pieces` (tokens' own bytes, oldest first, from a clean start): how
+    many of the last it holds back (`held`), and whether it is `settled`."""
+    hold = Hold()
+    for piece in pieces:
+        hold.push(piece)
+    return hold
 
 
 def character_start(pieces: Sequence[bytes], lead: int) -> int:
