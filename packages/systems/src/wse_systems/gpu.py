@@ -19,12 +19,14 @@ Public figures (per GPU unless noted; "assumption" where no vendor publishes the
 | node (8 GPUs) power, max | 6.5 kW | 10.2 kW | [2] |
 | node power, idle | 1.6 kW | 2.6 kW | assumption: 25% of max (not published) |
 | price per GPU-hour | $1.80 | $3.00 | assumption: typical 2024-25 cloud rates |
+| CUDA compute capability | 8.0 | 9.0 | [4] (sets vLLM's all-reduce rule, `gpu_links`) |
 
 [1] NVIDIA A100 Tensor Core GPU datasheet; NVIDIA H100 Tensor Core GPU datasheet.
 [2] NVIDIA DGX A100 datasheet (8 x 200 Gb/s HDR ConnectX-6, 6.5 kW max); NVIDIA DGX H100
 datasheet (8 x 400 Gb/s NDR ConnectX-7, ~10.2 kW max).
 [3] `wse_systems.gpu_links` (`NVLINK_LATENCY`, `IB_LATENCY`: sweeps and NCCL's own tuning
 model as the scale; hunt jobs17: they were no `--assume` key and listed beside no figure).
+[4] NVIDIA CUDA C++ Programming Guide, "Compute Capabilities" (A100 8.0, H100 9.0).
 
 Training (`train_step`): per token 6 N_matmul flops plus PaLM's attention term 12 L H Q T
 (Chowdhery et al. 2022, appendix B: N_matmul = the weights every token multiplies — the
@@ -222,6 +224,7 @@ class GpuSpec:
     node_power_w: float  # max
     node_idle_w: float
     usd_per_gpu_hour: float
+    compute_capability: str  # CUDA's "major.minor": which of vLLM's all-reduce tables apply
 
     def power_w_per_gpu(self) -> tuple[float, float]:
         """(peak, idle) node power per GPU, watts: CPUs, NICs and fans included."""
@@ -247,6 +250,7 @@ A100 = GpuSpec(
     node_power_w=6500.0,
     node_idle_w=0.25 * 6500.0,
     usd_per_gpu_hour=1.80,
+    compute_capability="8.0",
 )
 H100 = GpuSpec(
     name="H100-SXM5-80GB",
@@ -264,6 +268,7 @@ H100 = GpuSpec(
     node_power_w=10200.0,
     node_idle_w=0.25 * 10200.0,
     usd_per_gpu_hour=3.00,
+    compute_capability="9.0",
 )
 GPUS: Mapping[str, GpuSpec] = MappingProxyType({"a100": A100, "h100": H100})
 

@@ -35,6 +35,7 @@ from wse_core.hw.dtypes import DTYPES, dtype_bytes, dtype_name
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
+from wse_systems import gpu_links
 from wse_systems import serving as sv
 from wse_systems.decoder import token_out_work
 from wse_systems.pipeline import GEMV_PROGRAMS
@@ -351,8 +352,8 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
         "tokens' written against its products), each kernel class its own roofline, at "
         f"{hbm_fraction:g} of HBM bandwidth and MFU {mfu:g} of {prec.peak_flops(g) / 1e12:g} "
         f"TFLOP/s dense {prec.name} (the fractions fitted on TensorRT-LLM's H100 FP8 rows with "
-        "input <= output length unless given); 2 tensor-parallel all-reduces per layer, the "
-        "engines' one-/two-shot kernel below 8 MiB and NCCL's ring past it (latencies "
+        "input <= output length unless given); 2 tensor-parallel all-reduces per layer, as "
+        f"{gpu_links.tp_allreduce_rule(g)} (latencies "
         f"assumed: gpu.nvlink_latency_s, gpu.ib_latency_s); {prec.name} weights and KV within "
         "90% of HBM; replicas of the best tp x pp layout for the load; pp > 1: pp stages of "
         "1/pp of the layers with pp micro-batches in flight (vLLM's virtual engines, a step "

@@ -31,9 +31,11 @@ hops run between kernels, after them:
                 + 2 L tp_allreduce((B t + c) d 2 B over tp GPUs on NVLink)
                 + (pp - 1) stage_hop((B t + c) d 2 B, 1/tp on each GPU's link)
 
-The all-reduce is the one vLLM and TensorRT-LLM run for a tensor-parallel group
-(`wse_systems.gpu_links.tp_allreduce_s`: a one-shot kernel below 256 KiB at 8 GPUs, 512 KiB
-at 4, a two-shot one up to 8 MiB, NCCL's ring past it; hunt jobs17 B: the ring's 2 (p - 1)
+The all-reduce is the one vLLM (v0.11.0 and current) runs for a tensor-parallel group
+(`wse_systems.gpu_links.tp_allreduce_s`: on H100 its custom one-shot kernel below 256 KiB at
+8 GPUs, one- or two-shot to 8 MiB at 2 and 4, then torch symmetric memory (multimem at 4
+to 8 GPUs, two-shot at 2) to 64 MiB (32 at 4), NCCL's ring past it; review 82: vLLM <= 0.10's
+rule, the custom kernel to 8 MiB then NCCL, was priced; hunt jobs17 B: the ring's 2 (p - 1)
 latency steps were priced for every message, 14 us of the 8B's decode all-reduce where the
 one-shot kernel takes one); the hop is training's (`gpu_links.stage_hop_s`: 1/tp of the
 activations over each GPU's own link, InfiniBand between nodes; hunt jobs17 F: the whole
@@ -139,16 +141,21 @@ __all__ = [
 
 # Fitted on TensorRT-LLM v0.19.0's 46 H100 FP8 rows with input <= output length
 # (`wse_systems.serving.trtllm_h100.fit()`, experiment `trtllm-h100`) at the assumed kernel
-# cost `KERNEL_S` and NVLink latency (`gpu_links.NVLINK_LATENCY_S`). Hunt jobs17: the GEMMs
-# and the attention priced as kernel classes that add (A), the decode all-reduce as the
-# one-/two-shot kernel (B): the fit moved from 0.2712 / 0.7265 (kept 0.273 / 0.727; rms log
-# ratio 0.2433 on the fitted rows, 0.3130 on the 17 checks at the kept values) to 0.3370 /
-# 0.8385 (rms 0.1759, checks 0.2111; A alone 0.3390 / 0.8380, rms 0.1713 / 0.2082).
+# cost `KERNEL_S` and NVLink latency (`gpu_links.NVLINK_LATENCY_S`). Review 82: the
+# all-reduce is vLLM v0.11.0's and current (symmetric memory past the custom kernel's lowered caps,
+# `gpu_links.tp_allreduce_algorithm`); the rows' decode messages of 256 KiB to 64 MiB at tp 4
+# and 8, 8 to 64 MiB at tp 2, were NCCL's ring or the two-shot kernel: the fit moved from
+# 0.3370 / 0.8385 (rms 0.1759, checks 0.2111) to 0.3304 / 0.8421 (rms 0.1838, checks 0.2218;
+# 0.2223 at the kept 0.330 / 0.842). Hunt jobs17: the GEMMs and the attention priced as
+# kernel classes that add (A), the decode all-reduce as the one-/two-shot kernel (B): the
+# fit moved from 0.2712 / 0.7265 (kept 0.273 / 0.727; rms log ratio 0.2433 on the fitted
+# rows, 0.3130 on the 17 checks at the kept values) to 0.3370 / 0.8385 (rms 0.1759, checks
+# 0.2111; A alone 0.3390 / 0.8380, rms 0.1713 / 0.2082).
 # Earlier: hunt 79 (the head once a prompt chunk) 0.2712 / 0.7265, kept 0.273 / 0.727;
 # hunt 69 (the other users' prompts spread over a request's rounds) 0.2734 / 0.7269; hunt
 # 67 (the step's kernels) 0.274 / 0.727 from 0.270 / 0.715; hunt 66: 0.269 / 0.713.
-FITTED_MFU = 0.337  # share of the tensor peak a step's products reach
-FITTED_HBM_FRACTION = 0.839  # share of HBM bandwidth a step's reads and writes reach
+FITTED_MFU = 0.330  # share of the tensor peak a step's products reach
+FITTED_HBM_FRACTION = 0.842  # share of HBM bandwidth a step's reads and writes reach
 ACT_BYTES = 2  # activations between GPUs travel in 16 bits in either precision
 # The step's kernels, their cost and `gpu.kernel_s` are `wse_systems.gpu_kernels`' (imported
 # above, re-exported here), which the training step's floor reads too (hunt 76)
@@ -412,9 +419,8 @@ def step(
     act = ACT_BYTES * model.d_model * new
     reduces = hops = 0.0
     if tp > 1:
-        bw, lat = gpu_links.link(gpu, True)
-        reduces = 2 * layers * gpu_links.tp_allreduce_s(act, tp, bw, lat)
-        read(gpu_links.NVLINK_LATENCY_KEY, lat)  # every all-reduce adds it
+        reduces = 2 * layers * gpu_links.tp_allreduce_s(gpu, act, tp)
+        read(gpu_links.NVLINK_LATENCY_KEY, gpu_links.latency_s(gpu, True))  # each adds it
     if pp > 1:
         in_node = layout.gpus <= gpu.gpus_per_node
         hops = (pp - 1) * gpu_links.stage_hop_s(gpu, act, tp=tp, in_node=in_node)
