@@ -129,9 +129,10 @@ def count(n: int | None) -> str:
 
 
 def _layout(g: dict) -> str:
-    lay = g["point"]["layout"]
+    lay, idle = g["point"]["layout"], g.get("idle_gpus", 0)
     reps = f"{lay['replicas']} x " if lay["replicas"] > 1 else ""
-    return f"{g['gpus_per_replica']} x {g['system']} ({reps}tp {lay['tp']}, pp {lay['pp']})"
+    rest = f"; {idle} GPU{'s' if idle > 1 else ''} idle" if idle else ""  # review 82: unsaid
+    return f"{g['gpus_per_replica']} x {g['system']} ({reps}tp {lay['tp']}, pp {lay['pp']}{rest})"
 
 
 def _how(plan, meets: bool) -> str:

@@ -241,9 +241,11 @@ def plan_infer(
     w_side = _serve(ws.name, ws.units, wp, per_day, days, power, wafer_rates(spec, rates),
                     {"wafers_per_replica": ws.units, "max_users": ws.max_users,
                      "meets_speed": w_ok, "sram_budget": ws.budget().describe()})  # fmt: skip
-    g_side = _serve(g.name, m, gp, per_day, days, g.power_w_per_gpu(), gpu_rates(g, rates),
+    idle = _idle_gpus(m, gp.layout)
+    g_side = _serve(g.name, m, gp, per_day, days, _gpu_power_w(g, m, idle), gpu_rates(g, rates),
                     {"gpus_per_replica": m, "max_users": gs.max_users, "meets_speed": g_ok,
-                     "tp": gp.layout["tp"], "pp": gp.layout["pp"]})  # fmt: skip
+                     "tp": gp.layout["tp"], "pp": gp.layout["pp"],
+                     "idle_gpus": idle})  # fmt: skip
     speed, both = sv.gpus_to_match(
         shape, g, user_tokens_per_s=wp.user_tokens_per_s or 0.0,
         aggregate_tokens_per_s=wp.aggregate_tokens_per_s, **kw,
@@ -272,10 +274,27 @@ def plan_infer(
                      "the one chosen without it")  # fmt: skip
     if tp := gpu_step.tp_note(shape, g, m, gp.layout["tp"], gp.layout["pp"]):
         notes.append(tp)  # hunt 75: tp 3, 5, 6, 7 were priced where the engines run none
+    if idle:  # review 82: unsaid, and priced at the busy power
+        notes.append(f"{idle} of each replica's {m} GPUs sit idle: rented with it (its "
+                     "GPU-hours count them) and drawing idle power while it serves")  # fmt: skip
     return ServingPlan(
         choice.name, num_params(shape), inputs, how, w_side, g_side, wp, gp, wf, gf,
         {"user_speed": speed, "user_speed_and_throughput": both}, notes,
     )  # fmt: skip
+
+
+def _idle_gpus(gpus: int, layout: dict[str, Any]) -> int:
+    """GPUs of a replica of `gpus` that its `layout` (replicas x tp x pp) leaves idle: a
+    node whose count no tp group the engines run divides (tp 6 of 8 for 12 heads: vLLM runs
+    it on 6, `gpu_step.tp_note`)."""
+    return gpus - layout["replicas"] * layout["tp"] * layout["pp"]
+
+
+def _gpu_power_w(gpu: gpum.GpuSpec, gpus: int, idle: int) -> tuple[float, float]:
+    """(busy, idle) watts a GPU of a replica of `gpus`, `idle` of them idle while it serves
+    (review 82: all were priced busy)."""
+    peak_w, idle_w = gpu.power_w_per_gpu()
+    return ((gpus - idle) * peak_w + idle * idle_w) / gpus, idle_w
 
 
 def _wafer_bytes(dtype: str) -> int:
