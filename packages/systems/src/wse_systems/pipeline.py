@@ -46,6 +46,7 @@ from wse_systems.placement import (
     StagePlan,
     check_head_rows,
     compact_strips,
+    data_note,
     place_on_wafer,
     split_even,
     to_edge,
@@ -290,7 +291,9 @@ def min_wafers(config: DecoderShape, spec: WaferSpec, **kwargs: Any) -> int:
             return n
         except PipelinePlanError:
             continue
-    raise PipelinePlanError(f"no number of {spec.name} wafers up to {config.n_layers} holds it")
+    raise PipelinePlanError(
+        f"no number of {spec.name} wafers up to {config.n_layers} holds it{data_note(spec)}"
+    )
 
 
 def once_per_plan(fn: Callable[[PipelinePlan], T]) -> Callable[[PipelinePlan], T]:

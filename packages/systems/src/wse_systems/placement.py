@@ -8,7 +8,9 @@ with `head_rows`, the head (the first entry of wafer 0) takes that many rows of 
 strip and the other entries share the rest of the wafer in proportion to their bytes. A
 strip's regions fill its rows (a strip that bytes give no entry stays idle). It returns one
 `StagePlan` per entry, or raises `PipelinePlanError` with the numbers (a head or the rest
-that cannot hold its bytes, a region whose bytes overflow its PEs).
+that cannot hold its bytes, a region whose bytes overflow its PEs). `data_note(spec)` is the
+clause a "no number of wafers holds it" refusal ends with: a PE's bytes for data and the
+program's reserve beside them.
 `wse_systems.pipeline.plan_pipeline` makes the entries; `to_edge` and `compact_strips` are
 the geometry the cost model reads.
 """
@@ -28,6 +30,7 @@ __all__ = [
     "StagePlan",
     "check_head_rows",
     "compact_strips",
+    "data_note",
     "place_on_wafer",
     "split_even",
     "to_edge",
@@ -198,6 +201,14 @@ def _too_big(
         f"{plan.weight_bytes / GB:.3g} GB, KV {plan.kv_bytes / GB:.3g} GB); use more wafers, a "
         "shorter context or fewer slots"
     )
+
+
+def data_note(spec: WaferSpec) -> str:
+    """The clause " with N B a PE for data" and the ledger's naming the program's reserve
+    (code and stack, assumed): what a refusal that no wafer count holds a model rests on
+    (review 82: at code_stack_bytes_per_pe=49151, 1 B a PE for data, it went unsaid)."""
+    ledger = SramLedger.for_spec(spec, 1, 1)
+    return f" with {ledger.data_bytes_per_pe:,} B a PE for data{ledger.reserve_note()}"
 
 
 def check_head_rows(head_rows: int | None, spec: WaferSpec) -> None:

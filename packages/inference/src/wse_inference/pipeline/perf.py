@@ -41,6 +41,7 @@ from wse_systems.pipeline import (
     Regions,
     min_wafers,
 )
+from wse_systems.placement import data_note
 from wse_systems.serving.speculative import (
     ParamBytes,
     RoundSetup,
@@ -172,7 +173,9 @@ def plan_speculative(
             placed.append((rnd.seconds, LAYOUTS.index(layout), plans))
         if placed:
             return min(placed, key=lambda p: p[:2])[2]
-    raise PipelinePlanError(f"no number of {spec.name} wafers holds the target and its draft")
+    raise PipelinePlanError(
+        f"no number of {spec.name} wafers holds the target and its draft{data_note(spec)}"
+    )
 
 
 def predict_speculative(

@@ -13,6 +13,7 @@ from wse_core import WaferSpec
 
 from wse_systems import serving as sv
 from wse_systems.pipeline import PipelinePlanError, Regions
+from wse_systems.placement import data_note
 from wse_systems.planning.choice import PlanError
 
 __all__ = ["wafer_serving"]
@@ -43,11 +44,11 @@ def wafer_serving(
             raise _no_user(config, spec, n, speculation, _fewest(config, spec, kw, stages))
     need = _fewest(config, spec, kw)
     if stages is None or need is None:
-        raise PlanError(f"no number of {spec.name} wafers up to {layers} holds the model")
+        raise _none_holds(spec, layers)
     # hunt 76: wafer counts up to --stages only were tried, and the error named the layers
     why = (f"the model needs at least {need} {spec.name} wafers, and a stage count is at least "
            f"the wafer count" if need > stages else f"no number of {spec.name} wafers up to "
-           f"{stages} holds the model in {stages} stages")  # fmt: skip
+           f"{stages} holds the model in {stages} stages{data_note(spec)}")  # fmt: skip
     low = _least_stages(config, spec, kw, None) or need
     raise PlanError(f"--stages {stages}: {why}; give --stages in [{low}, {layers}]")
 
@@ -106,7 +107,7 @@ def _check_counts(config, spec, wafers: int | None, stages: int | None, kw) -> N
     if stages is not None and not 1 <= stages <= layers:
         low, need = _least_stages(config, spec, kw, wafers), _fewest(config, spec, kw)
         if need is None:
-            raise PlanError(f"no number of {name} wafers up to {layers} holds the model")
+            raise _none_holds(spec, layers)
         what = (f"each of --wafers {wafers} at least one stage; give" if wafers else "each "
                 f"wafer at least one stage, and the model needs at least {need} {name} wafers; "
                 "give")  # fmt: skip
@@ -121,7 +122,7 @@ def _check_counts(config, spec, wafers: int | None, stages: int | None, kw) -> N
     if wafers and wafers > layers:  # the pipeline's "stages" error (hunt 57)
         need, top = _fewest(config, spec, kw, stages), min(layers, stages or layers)
         if need is None:
-            raise PlanError(f"no number of {name} wafers up to {top} holds the model")
+            raise _none_holds(spec, top)
         fewer = f", and fewer than {need} {name} wafers do not hold it" if need > 1 else ""
         raise PlanError(
             f"--wafers {wafers}: each wafer holds at least one of the model's {layers} "
@@ -132,7 +133,7 @@ def _check_counts(config, spec, wafers: int | None, stages: int | None, kw) -> N
         if low is None:  # hunt 78: "--stages in [3, 80]" was named where 3 wafers hold none
             need = _fewest(config, spec, kw)
             if need is None:
-                raise PlanError(f"no number of {name} wafers up to {layers} holds the model")
+                raise _none_holds(spec, layers)
             raise PlanError(
                 f"--stages {stages} on --wafers {wafers}: each wafer holds at least one stage, "
                 f"and {wafers} {name} wafers hold the model in no stage count; give --wafers "
@@ -144,6 +145,15 @@ def _check_counts(config, spec, wafers: int | None, stages: int | None, kw) -> N
             f"--stages {stages} on --wafers {wafers}: each wafer holds at least one stage; give "
             f"--stages {_span(low, layers)}{fewer}"
         )
+
+
+def _none_holds(spec: WaferSpec, top: int) -> PlanError:
+    """No wafer count up to `top` holds the model: said with a PE's bytes for data and the
+    program's reserve beside them (review 82: at code_stack_bytes_per_pe=49151 the reserve
+    that left 1 B a PE went unsaid)."""
+    return PlanError(
+        f"no number of {spec.name} wafers up to {top} holds the model{data_note(spec)}"
+    )
 
 
 def _span(low: int, high: int) -> str:
