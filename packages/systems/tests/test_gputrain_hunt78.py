@@ -186,7 +186,9 @@ def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
     """A step of 1F1B by hand, micro-batches of one sequence, PaLM's flops split by hand over
     the stages (kernel floor below it). Hunt 80: the fill and drain run at each stage's own
     pace, m (t_last + 2 hops) + (pp - 1) (t_other + 2 hops), where every stage was paced as
-    the last; each end stage's fp32 gradient ring hides under its last micro-batch's
+    the last; review 82: m (t_last + hop) + (pp - 1) t_other + (2 pp - 3) hops, the last
+    stage sending no activations and the first no gradients (Megatron's no-op sends); each
+    end stage's fp32 gradient ring hides under its last micro-batch's
     backward (3 of full recompute's 4 passes) and, the last stage's, the other stages' last
     backwards after it, where 2/3 of all micro-batches' busy time hid the largest ring;
     review 81: but not its last bucket (Megatron Core's buckets of max(40e6, 1e6 dp)
@@ -203,7 +205,7 @@ def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
     t_other = t_last if pp == 1 else t_other
     bw, lat = (NVLINK, NV_LAT) if n <= NODE else (IB, IB_LAT)
     hop = 0.0 if pp == 1 else 2 * seq * d / tp / bw + lat
-    pipeline = micro * (t_last + 2 * hop) + (pp - 1) * (t_other + 2 * hop)
+    pipeline = micro * (t_last + hop) + (pp - 1) * t_other + (2 * pp - 3) * hop
     bw, lat = (NVLINK, NV_LAT) if _dp_ring_on_nvlink(tp, dp, pp) else (IB, IB_LAT)
     rings = [0.0 if dp == 1 else 2 * (dp - 1) / dp * 4 * p / tp / bw + 2 * (dp - 1) * lat
              for p in _end_stages(m, pp)]  # fmt: skip
@@ -212,9 +214,9 @@ def _step_by_hand(m, tp: int, dp: int, pp: int, batch: int, seq: int) -> float:
     head = first if first - word < size else word
     buckets = [0.0 if dp == 1 else 2 * (dp - 1) / dp * 4 * p / bw + 2 * (dp - 1) * lat
                for p in (head, last if pp > 1 else head)]  # fmt: skip
-    back = 3 / 4 * t_other + hop  # a stage's last backward (recompute + backward) and send
-    tails = (hop, hop + (pp - 1) * back)  # what follows each end stage's last backward
-    windows = (back, 3 / 4 * t_last + tails[1])
+    back = 3 / 4 * t_other  # a stage's last backward (recompute + backward)
+    tails = (0.0, (pp - 1) * (hop + back))  # after each end stage's last backward: the first's
+    windows = (back + tails[0], 3 / 4 * t_last + tails[1])  # ends the step (review 82)
     exposed = max(0.0, rings[0] - windows[0], rings[1] - windows[1],
                   buckets[0] - tails[0], buckets[1] - tails[1])  # fmt: skip
     tied = 0.0  # hunt 79: the tied table's gradient summed by each first/last stage pair

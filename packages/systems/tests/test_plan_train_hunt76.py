@@ -74,12 +74,13 @@ def test_tiny_gpt2_at_batch_one_is_its_kernels_in_the_fastest_layout():
     # micro-batch, so pp stages run one after another: the busy time x pp, and at pp 2 the
     # micro-batch's activations forward and gradients back, 128 x 64 bf16 values on NVLink
     # (one node; hunt 77: no sends were priced), 1/tp a GPU (hunt 78: Megatron's
-    # scatter-gather sends; the whole tensor was priced on one link)
+    # scatter-gather sends; the whole tensor was priced on one link): the one stage boundary
+    # crossed once each way (review 82: 2 hops a stage were priced, 4 at pp 2)
     sends = {1: 0.0, 2: 2 * (2 * 128 * 64 / 4 / NVLINK + STEP_LATENCY)}  # pp 2 is tp 4
     # hunt 79: at pp 2 the tied table's gradient (256 x 64 fp32 main gradients over tp 4) is
     # summed between the two stages after the backward, a ring of 2 on NVLink
     tied = {1: 0.0, 2: 4 * 256 * 64 / 4 / NVLINK + 2 * STEP_LATENCY}
-    by_hand = {(tp, pp): pp * (_floor_by_hand(2, 64, 128, 1, tp, pp) + sends[pp]) + tied[pp]
+    by_hand = {(tp, pp): pp * _floor_by_hand(2, 64, 128, 1, tp, pp) + sends[pp] + tied[pp]
                for tp, pp in [(8, 1), (4, 2)]}  # fmt: skip
     (tp, pp), fastest = min(by_hand.items(), key=lambda kv: kv[1])
     assert (step.layout.tp, step.layout.pp) == (tp, pp) == (4, 2)  # before: tp 8

@@ -143,9 +143,10 @@ def test_the_ring_priced_is_the_largest_stages(m, gpus):
     assert pp > 1 and s.exposed_allreduce_s > 0
     assert s.allreduce_s == pytest.approx(_ring_by_hand(params, tp, dp, pp), rel=1e-12)
     # hunt 80: each end stage's ring against what follows its last micro-batch's backward
-    # (3/4 of a micro-batch under full recompute, then its send): the first stage's is
-    # 1F1B's last; the last stage's is followed by the other pp - 1 stages' (2/3 of every
-    # micro-batch's busy time hid the largest ring before). A layer's matmul flops by hand:
+    # (3/4 of a micro-batch under full recompute): the first stage's is 1F1B's last, and no
+    # send follows it (review 82: a hop did); the last stage's is followed by its send and
+    # the other pp - 1 stages' backwards and sends (2/3 of every micro-batch's busy time hid
+    # the largest ring before). A layer's matmul flops by hand:
     # GPT-2 12 d^2 (its layer less 9,984 biases and LNs), Llama 3 8B's less its 2 norms
     d, micro = m.d_model, 16 // dp
     matmul = 12 * d * d if m is GPT2_124M else L8B_LAYER - 2 * d
@@ -153,16 +154,16 @@ def test_the_ring_priced_is_the_largest_stages(m, gpus):
     busy = max(s.compute_s, s.floor.floor_s)
     other_s = max(s.compute_s * other / (other + 6 * m.vocab_size * d), s.floor.floor_s)
     hop = 2 * 2048 * d / tp / IB + IB_LAT  # the job spans nodes
-    back = 3 / 4 * other_s / micro + hop
+    back = 3 / 4 * other_s / micro
     rings = [_ring_by_hand(m.n_layers // pp * layer + end, tp, dp, pp) for end in ENDS[m.name]]
-    windows = (back, 3 / 4 * busy / micro + hop + (pp - 1) * back)
+    tails = (0.0, (pp - 1) * (back + hop))
+    windows = (back, 3 / 4 * busy / micro + tails[1])
     # review 81: Megatron Core's last gradient bucket starts when its stage's backward ends:
     # the first stage's word embeddings, or the whole stage where its other parameters fill
     # no bucket of max(40M, 1M dp) a GPU (GPT-2's 3 layers and positions over tp 4: 5.5M),
     # and the whole last stage (one bucket past the first stage), under what follows alone
     first = m.n_layers // pp * layer + ENDS[m.name][0]
     whole = (first - m.vocab_size * d) / tp < max(40_000_000, 1_000_000 * dp)
-    tails = (hop, hop + (pp - 1) * back)
     buckets = (rings[0] if whole else _ring_by_hand(m.vocab_size * d, tp, dp, pp), rings[1])
     exposed = max(*(r - w for r, w in zip(rings, windows, strict=True)),
                   *(b - t for b, t in zip(buckets, tails, strict=True)))  # fmt: skip

@@ -74,8 +74,11 @@ def test_data_parallel_pays_the_exposed_ring():
     # hunt 77: each of the 4 micro-batches sends 1000 x 256 bf16 activations forward and their
     # gradients back over IB (one GPU a node); hunt 80: the bubble is the first stage's one
     # micro-batch (its layer, no head: 1F1B fills and drains at each stage's own pace) and its
-    # sends, a quarter of the first stage's compute and sends (before: the last stage's)
-    sends = 4 * 2 * (2 * 1000 * 256 / 1e9 + 1e-5)
+    # sends, a quarter of the first stage's compute and sends (before: the last stage's);
+    # review 82: the last stage sends its 4 gradients back and no activations (its forward
+    # ends in the loss), the first no gradients, so the bubble holds the fill's one send
+    hop = 2 * 1000 * 256 / 1e9 + 1e-5
+    sends = 4 * hop
     first = 4000 * (6 * LAYER + 12 * 256 * 1000) / 5e14  # 4 micro-batches of one layer
     last = 4000 * (6 * m1 + 12 * 256 * 1000) / 5e14  # a layer + the head (m1 - LAYER)
     assert piped.layout.pp == 2 and piped.stage_sends_s == pytest.approx(sends)
@@ -84,7 +87,7 @@ def test_data_parallel_pays_the_exposed_ring():
     # x 8 kernels a layer + 4 x 3 around) + 1 AdamW = 177 launches at 1 us (`train_floor`)
     kernels = 4 * (4 * 8 + 4 * 3) + 1
     assert piped.floor.kernels == kernels and first < kernels * 1e-6 < last
-    assert piped.bubble_s == pytest.approx((kernels * 1e-6 + sends) / 4)
+    assert piped.bubble_s == pytest.approx(kernels * 1e-6 / 4 + hop)
 
 
 def test_too_few_gpus_names_the_count_that_fits():

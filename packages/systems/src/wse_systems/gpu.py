@@ -48,10 +48,15 @@ a gather, no flops: not priced; hunt 78: the head was spread evenly over the sta
 1.5B's last stage of pp 8 runs 1.33 x the even share); every other stage runs its L / pp
 layers (`layers_flops_per_token`), over tp GPUs. At pp > 1 each micro-batch sends its
 activations forward and its gradients back (`gpu_layout.stage_hop_s`: 1/tp a GPU on its own
-link, InfiniBand past one node), 2 hops a stage a micro-batch. Megatron's non-interleaved
-1F1B takes sum_i t_i + (m - 1) t_max, t_i stage i's forward and backward of one micro-batch
-with its hops: the last stage's m micro-batches and sends, and the fill and drain (the
-bubble) at each other stage's own pace, (pp - 1) / m of their busy time and sends (hunt 80:
+link, InfiniBand past one node), 2 hops a stage a micro-batch, but the last stage sends no
+activations (its forward ends in the loss) and the first no gradients (Megatron's
+`send_forward` on the last stage and `send_backward` on the first are no-ops). Megatron's
+non-interleaved 1F1B takes sum_i t_i + (m - 1) t_max, t_i stage i's forward and backward of
+one micro-batch with its hops: the last stage's m micro-batches and their m gradient sends,
+and the fill and drain (the bubble) at each other stage's own pace, (pp - 1) / m of their
+busy time, the fill's pp - 1 activation sends and the drain's pp - 2 gradient sends between
+the other stages (review 82: 2 m + 2 (pp - 1) hops were priced, m + 1 of them sends that do
+not happen; Llama 3 8B on 4,096 H100s, pp 32 at m 1, 2 x 0.173 ms) (hunt 80:
 (pp - 1) / m of the last stage's, (m + pp - 1) t_max, was priced: Llama 3 8B on 1,024 H100s
 at 8 sequences, pp 16 at m 1, ran 16 x (2 layers + the head) where 1F1B runs 15 x 2 layers
 + (2 layers + the head), 1.8 x the time); tensor-parallel traffic inside the node is
@@ -68,7 +73,8 @@ GPUs of GPT-2 1.5B chose dp 2 x pp 8 at 38.1 ms over dp 8 x pp 2), else InfiniBa
 --overlap-grad-reduce (`TRAIN_CONFIG`) a ring runs from its stage's last micro-batch's
 backward (`GRAD_OVERLAP_SHARE`, 3/4 of a micro-batch under full recompute; Megatron runs
 every earlier one under no_sync) to the step's end: the first stage's backward is 1F1B's
-last, the last stage's is followed by the other stages' (the cool-down); only the excess
+last and ends the step (it sends nothing after it), the last stage's is followed by its
+send and the other stages' backwards and sends (the cool-down); only the excess
 of either end stage's ring is exposed (hunt 80: 2/3 of all m micro-batches' busy time hid
 the largest ring, so the search kept b = 1 where a larger micro-batch's window hides it),
 and at least its last gradient bucket's ring less what follows that backward: Megatron
@@ -374,7 +380,8 @@ def train_floor(
 def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     """The step of `layout` (module docstring): 1F1B over pp stages of m = batch / (dp b)
     micro-batches each (b its micro-batch size; `layouts` keeps dp b | batch), the last
-    stage (layers + head) the slowest, its m micro-batches and their sends the busy part,
+    stage (layers + head) the slowest, its m micro-batches and their m gradient sends (it
+    sends no activations: its forward ends in the loss) the busy part,
     the fill and drain at each other stage's own pace (`_bubble_s`); the data-parallel
     gradient rings' excess over what follows each end stage's last backward, at least its
     last bucket's, which starts when that backward ends
@@ -388,10 +395,10 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
     compute = tokens * stage_flops_per_token(model, seq_len, pp) / speed  # the last stage's
     busy = max(compute, floor.floor_s)
     hop = stage_hop_s(model, gpu, layout, seq_len)
-    sends = SENDS_PER_MICRO * micro * hop
+    sends = micro * hop  # the last stage's: its gradients back, no activations forward
     other = max(tokens * layers_flops_per_token(model, seq_len, pp) / speed, floor.floor_s)
     other = other if pp > 1 else busy  # a stage without the head (at pp 1, the one stage)
-    bubble = _bubble_s(pp, micro, other, sends)
+    bubble = _bubble_s(pp, micro, other, hop)
     ring, exposed, bucket = _exposed_ring_s(model, gpu, layout, (micro, hop), (busy, other))
     tied = embedding_allreduce_s(model, gpu, layout)
     step_s = busy + sends + bubble + exposed + tied
@@ -399,16 +406,21 @@ def _step(model, gpu, layout, *, seq_len, batch, mfu, floor) -> TrainStep:
                      last_bucket_allreduce_s=bucket)  # fmt: skip
 
 
-def _bubble_s(pp: int, micro: int, other_s: float, sends_s: float) -> float:
+def _bubble_s(pp: int, micro: int, other_s: float, hop_s: float) -> float:
     """1F1B's fill and drain beyond the last stage's busy time and sends: Megatron's
     non-interleaved schedule (warm-up min(pp - i - 1, m) forwards, 1F1B, cool-down) takes
     sum_i t_i + (m - 1) t_max a step, t_i stage i's forward and backward of one micro-batch
     with its sends, where the last stage (its head) is the slowest: the other pp - 1 stages'
-    one micro-batch each, `other_s` / m of compute (m micro-batches' `other_s`) + its two
-    hops (`sends_s` / m). Hunt 80: (pp - 1) t_max was priced, the fill and drain at the last
-    stage's pace (Llama 3 8B on pp 16 at m 1: 16 x 6.57 GFLOP a token, a stage's 2 layers
-    and the head, for 15 x 3.42 (2 layers) + 6.57; review 81: "layers' time" was written)."""
-    return (other_s + sends_s) * (pp - 1) / micro
+    one micro-batch each, `other_s` / m of compute (m micro-batches' `other_s`), with the
+    fill's pp - 1 activation sends (stages 0 to pp - 2) and the drain's pp - 2 gradient sends
+    (stages pp - 2 to 1; the first sends none, the last's is among its m), `hop_s` each.
+    Hunt 80: (pp - 1) t_max was priced, the fill and drain at the last stage's pace (Llama 3
+    8B on pp 16 at m 1: 16 x 6.57 GFLOP a token, a stage's 2 layers and the head, for 15 x
+    3.42 (2 layers) + 6.57; review 81: "layers' time" was written); review 82: 2 hops each
+    other stage, the first stage's send after its last backward among them."""
+    if pp == 1:
+        return 0.0
+    return other_s * (pp - 1) / micro + (SENDS_PER_MICRO * (pp - 1) - 1) * hop_s
 
 
 def _exposed_ring_s(model, gpu, layout, micro_hop: tuple, busy: tuple) -> tuple[float, ...]:
@@ -417,16 +429,19 @@ def _exposed_ring_s(model, gpu, layout, micro_hop: tuple, busy: tuple) -> tuple[
     stages), `busy` (the last stage's m micro-batches, another stage's). Each end stage's
     ring (`end_stage_params` / tp fp32 main gradients) runs under --overlap-grad-reduce in
     Megatron Core's buckets from its last micro-batch's backward (`GRAD_OVERLAP_SHARE` of its
-    one micro-batch, then its send) to the step's end, the window: the first stage's
-    backward is 1F1B's last, the last stage's is followed by the other pp - 1 stages' last
-    backwards and hops (the cool-down), the tail. Its last bucket (`last_bucket_params`: the
-    first stage's word embeddings; the whole last stage at pp > 1, one bucket) starts only
-    when that backward has ended, after the buckets before it: with those started at the
-    window's start (a floor), a stage's rings end max(ring - window, last bucket - tail)
-    past the step's end (review 81: ring - window alone was priced, so GPT-2 124M's 18.8 ms
-    ring hid whole under 23.8 ms of backward where its 5.9 ms word-embedding bucket cannot
-    start before the backward ends). A middle stage's ring, one bucket, is no larger than
-    the first's and its tail is at least the first stage's window. At pp 1 the window is
+    one micro-batch) to the step's end, the window: the first stage's backward is 1F1B's
+    last and ends the step (it sends nothing after it: a tail of 0), the last stage's is
+    followed by pp - 1 sends and the other pp - 1 stages' last backwards (the cool-down),
+    the tail (review 82: a send after the first stage's backward was priced, so its last
+    bucket was hidden a hop's worth, and the last stage's tail counted it too). Its last
+    bucket (`last_bucket_params`: the first stage's word embeddings; the whole last stage at
+    pp > 1, one bucket) starts only when that backward has ended, after the buckets before
+    it: with those started at the window's start (a floor), a stage's rings end
+    max(ring - window, last bucket - tail) past the step's end (review 81: ring - window
+    alone was priced, so GPT-2 124M's 18.8 ms ring hid whole under 23.8 ms of backward where
+    its 5.9 ms word-embedding bucket cannot start before the backward ends). A middle
+    stage's ring, one bucket, is no larger than the first's and its tail is at least the
+    first stage's window. At pp 1 the window is
     GRAD_OVERLAP_SHARE x busy / m and the tail 0."""
     tp, dp, pp, node = layout.tp, layout.dp, layout.pp, gpu.gpus_per_node
     (micro, hop), (last, other) = micro_hop, busy
@@ -436,9 +451,9 @@ def _exposed_ring_s(model, gpu, layout, micro_hop: tuple, busy: tuple) -> tuple[
     rings = [ring_allreduce_s(GRAD_BYTES * p / tp, dp, bw, lat) for p in (first_p, last_p)]
     buckets = [ring_allreduce_s(GRAD_BYTES * p, dp, bw, lat)
                for p in last_bucket_params(model, tp, dp, pp)]  # fmt: skip
-    back = GRAD_OVERLAP_SHARE * other / micro + hop  # a non-last stage's last backward
-    tails = (hop, hop + (pp - 1) * back)  # after each end stage's last backward (0 at pp 1)
-    windows = (back, GRAD_OVERLAP_SHARE * last / micro + tails[1])
+    back = GRAD_OVERLAP_SHARE * other / micro  # a non-last stage's last backward
+    tails = (0.0, (pp - 1) * (hop + back))  # after each end stage's last backward (0 at pp 1)
+    windows = (back + tails[0], GRAD_OVERLAP_SHARE * last / micro + tails[1])
     exposed = max(0.0, *(r - w for r, w in zip(rings, windows, strict=True)),
                   *(b - t for b, t in zip(buckets, tails, strict=True)))  # fmt: skip
     return max(rings), exposed, buckets[0]
@@ -502,12 +517,12 @@ def _fastest(model, gpu, runs: list[TrainLayout], job: tuple[int, int], at: tupl
     the kernel floor no longer binds and a bound on them is no faster than the best: the
     floor only falls as b grows (fewer micro-batches of the same work), so past it the busy
     time is the compute, and with m' < m micro-batches a step is at least compute + the
-    other stages' compute (pp - 1) / m + the tied all-reduce + at pp 1 the last gradient
-    bucket's ring, which no backward hides whatever b (sends and the rest of the exposed
-    ring >= 0: the ring's window, the last micro-batch's backward, grows with b, and at pp >
-    1 so does the tail after it that the last bucket runs under); at pp 1 that is the
-    compute + the last bucket, so a compute-bound split whose ring beyond its last bucket
-    is hidden prices b = 1 alone."""
+    other stages' compute (pp - 1) / m + the tied all-reduce + the first stage's last
+    gradient bucket's ring, which starts when 1F1B's last backward ends and nothing hides
+    whatever b (sends and the rest of the exposed ring >= 0: the ring's window, the last
+    micro-batch's backward, grows with b; review 82: at pp > 1 too, no send follows that
+    backward); at pp 1 that is the compute + the last bucket, so a compute-bound split whose
+    ring beyond its last bucket is hidden prices b = 1 alone."""
     best: TrainStep | None = None
     skip: tuple[int, int, int] | None = None
     seq_len = job[0]
@@ -523,7 +538,7 @@ def _fastest(model, gpu, runs: list[TrainLayout], job: tuple[int, int], at: tupl
             others = layers_flops_per_token(model, seq_len, x.pp)
             others /= stage_flops_per_token(model, seq_len, x.pp)  # their compute per the last's
             bound = s.compute_s * (1 + others * (x.pp - 1) / m) + s.embedding_allreduce_s
-            if bound + (s.last_bucket_allreduce_s if x.pp == 1 else 0.0) >= best.step_s:
+            if bound + s.last_bucket_allreduce_s >= best.step_s:
                 skip = split
     return best
 

@@ -167,7 +167,9 @@ GRAD_BUCKET_MIN_PARAMS = 40_000_000  # parameters a bucket, at least (Megatron C
 GRAD_BUCKET_PARAMS_PER_RANK = 1_000_000  # parameters a bucket a data-parallel rank (the same)
 USABLE_MEMORY = 0.9  # of HBM left to the model by the framework and allocator (assumption)
 ACT_WORKING = 34  # one layer's activations, bytes per token per d_model (Korthikanti 2022)
-SENDS_PER_MICRO = 2  # a stage's hops a micro-batch: activations forward, gradients back
+# A middle stage's hops a micro-batch: activations forward, gradients back (the last stage
+# sends no activations, the first no gradients: Megatron's sends there are no-ops; review 82)
+SENDS_PER_MICRO = 2
 TOKEN_ID_BYTES = 8  # the first stage's int64 input ids, a token (Megatron's accounting)
 LOGIT_BYTES = 4  # the output layer's input and fp32 logits for the loss, a value (Megatron's)
 
