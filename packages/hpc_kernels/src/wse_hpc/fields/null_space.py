@@ -1,14 +1,16 @@
 """Whether an operator's null space is the constants: the probe behind `cg(nullspace=True)`.
 
-`check_null_space(apply_fn, b)` applies A to the constant field and to the checkerboard on
+`check_null_space(apply_fn, b)` applies A's linear part (A(x) - A(0): an operator with wall
+values is affine, `wse_hpc.fields.affine`) to the constant field and to the checkerboard on
 b's grid and refuses (FieldError) an operator whose image of the constants is more than
 fp32 rounding of its rows (`NULL_SPACE_RTOL`): with `nullspace=True` CG projects b and x to
 zero mean, which on such an operator solves another problem (hunt 80: Neumann x /
 Dirichlet y returned a wrong x said converged). The probe is compiled and run on the host
 when the solve is traced, once per operator, grid, location and BCs, and neither recorded
-into the step's `Program` nor into the fabric ledger's open scopes: it prices nothing. An
-operator that closes over traced values can only be probed inside jit; the probe is then
-part of the solve (priced) and its verdict a traced bool the solve reports.
+into the step's `Program` nor into the fabric ledger's open scopes: it prices nothing
+(`host_probe`, which `affine.split` probes A(0) with too). An operator that closes over
+traced values can only be probed inside jit; the probe is then part of the solve (priced)
+and its verdict a traced bool the solve reports.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import jax.numpy as jnp
 from wse_hpc.fields.grid import Field, FieldError, FieldGrid, program
 from wse_hpc.fields.operators import max_abs
 
-__all__ = ["NULL_SPACE_RTOL", "check_null_space"]
+__all__ = ["NULL_SPACE_RTOL", "check_null_space", "host_probe"]
 
 ApplyFn = Callable[[Field], Field]
 TINY = 1e-30  # guards the division by a row of A c that is exactly zero
@@ -48,42 +50,58 @@ _PROBED: weakref.WeakKeyDictionary[ApplyFn, dict[tuple, float]] = weakref.WeakKe
 
 
 def _constant_image(apply_fn: ApplyFn, b: Field) -> jax.Array:
-    """max_i |(A 1)_i| / |(A c)_i| on b's grid, c the checkerboard +-1 (padding left out)."""
+    """max_i |(L 1)_i| / |(L c)_i| on b's grid, c the checkerboard +-1 (padding left out),
+    L x = A(x) - A(0) the linear part (`wse_hpc.fields.affine`; A(0) is exactly 0, and L A,
+    for a linear operator)."""
     ix, iy, iz = b.grid.index
     one = b.like(jnp.ones_like(b.data))
     checker = one.where((ix + iy + iz) % 2 == 0, -one)
-    a1, ac = jnp.abs(apply_fn(one).data), jnp.abs(apply_fn(checker).data)
+    a0 = apply_fn(one * 0.0).data
+    a1, ac = (jnp.abs(apply_fn(f).data - a0) for f in (one, checker))
     return max_abs(one.like(a1 / jnp.maximum(ac, TINY)))
 
 
-def check_null_space(apply_fn: ApplyFn, b: Field) -> jax.Array | None:
-    """Refuse (FieldError) `cg(nullspace=True)` on an operator that does not map the
-    constants to zero (`NULL_SPACE_RTOL`, row by row), probed on b's grid when the solve is
-    traced: compiled and run on the host, neither recorded nor priced. None when it passed;
-    for an operator that closes over traced values (known only inside jit) the probe is part
-    of the solve instead (two SpMVs and a reduction, priced) and this returns its traced
-    verdict, which the solve reports (`residual` NaN, not converged) as it cannot refuse."""
+def host_probe(apply_fn: ApplyFn, b: Field, probe: Callable[[ApplyFn, Field], jax.Array],
+               tag: str) -> float | None:  # fmt: skip
+    """`probe(apply_fn, f)` (a scalar) of a concrete field `f` like b (zeros), compiled and
+    run on the host when the solve is traced, neither recorded into the step's `Program` nor
+    into the fabric ledger's open scopes (it prices nothing), once per operator, `tag`, grid,
+    location and BCs; None for an operator that closes over traced values (known only
+    inside jit: the caller probes inside the solve instead)."""
     grid = b.grid
     try:
         seen = _PROBED.setdefault(apply_fn, {})
     except TypeError:  # an operator with no weak reference: probed at every trace
         seen = {}
-    key = (grid, b.loc, b.bc)  # all the probe reads of b (a step traced twice: run and price)
+    key = (tag, grid, b.loc, b.bc)  # all the probe reads of b (a step traced twice: run and price)
     if key in seen:
-        return _verdict(seen[key], grid)
+        return seen[key]
     with jax.ensure_compile_time_eval():  # a concrete b of its shape, even inside jit
         like = b.like(grid.wafer.zeros((grid.nz,)))
-    probe = functools.partial(_constant_image, apply_fn)
+    fn = functools.partial(probe, apply_fn)
     with program(), grid.wafer.traffic.scope(own=True):  # the probe is not the solve's work
-        traced = jax.jit(probe).trace(like)
+        traced = jax.jit(fn).trace(like)
         closed = len(traced.jaxpr.in_avals) != len(jax.tree.leaves(like)) or any(
             isinstance(c, jax.core.Tracer) for c in traced.jaxpr.consts
         )  # A reads traced values: they became inputs of the probe (or its constants)
-        worst = None if closed else float(traced.lower().compile()(like))
+        if closed:
+            return None
+        seen[key] = float(traced.lower().compile()(like))
+    return seen[key]
+
+
+def check_null_space(apply_fn: ApplyFn, b: Field) -> jax.Array | None:
+    """Refuse (FieldError) `cg(nullspace=True)` on an operator that does not map the
+    constants to zero (`NULL_SPACE_RTOL`, row by row), probed on b's grid when the solve is
+    traced: compiled and run on the host, neither recorded nor priced (`host_probe`). None
+    when it passed; for an operator that closes over traced values (known only inside jit)
+    the probe is part of the solve instead (three SpMVs and a reduction, priced) and this
+    returns its traced verdict, which the solve reports (`residual` NaN, not converged) as
+    it cannot refuse."""
+    worst = host_probe(apply_fn, b, _constant_image, "null_space")
     if worst is None:
-        return probe(b) <= NULL_SPACE_RTOL
-    seen[key] = worst
-    return _verdict(worst, grid)
+        return _constant_image(apply_fn, b) <= NULL_SPACE_RTOL
+    return _verdict(worst, b.grid)
 
 
 def _verdict(worst: float, grid: FieldGrid) -> None:

@@ -1,17 +1,27 @@
 """Implicit solves on the fabric: CG, Jacobi-preconditioned CG and BiCGSTAB over any field operator.
 
-Each factory takes `apply_fn(Field) -> Field`, a linear operator built from
+Each factory takes `apply_fn(Field) -> Field`, an operator built from
 `wse_hpc.fields.operators` (so any stencil, any boundary condition: periodic, Dirichlet,
 Neumann, mixed), and returns `solve_fn(b, x0=None) -> SolveResult`, one `lax.while_loop` the
-shell jits. Vectors are fp32 fields; every dot product is one wafer-wide fp32 reduction
-through `wse_core.fabric.reduce`. Both stop by SciPy's rule, ||b - A x|| <= tol ||b|| (atol
-0; `wse_hpc.stencil.bicgstab.correction_tol`, one rule for the stack's solvers), with or
-without x0, on the true residual of the x they return, or after `maxiter` iterations. Both factories
-refuse (FieldError) a tol that is not a finite number in (0, 1) (a target of 1 or more is met
-by x = 0: SciPy returns x0 then, the stack refuses it as its stencil solver does) and a
-maxiter that is not an integer >= 1, and (LimitError) one past the HPC iteration limit
-(`wse_hpc.stencil.bicgstab.check_stop`; hunt 67: tol NaN returned x = 0 after 0 iterations,
-tol -0.5 ran as 0.5, maxiter 2.5 ran 3 and 10**12 failed inside JAX).
+shell jits. An operator whose fields carry wall values (`dirichlet(1, 0)`) is affine,
+A x = L x + A(0): both solvers solve L x = b - A(0), the walls' constant moved into the
+right-hand side as a CFD code assembles it (`wse_hpc.fields.affine.split`, A(0) probed when
+the solve is traced; a linear operator is solved as it is), so that A x = b; their
+`residual` is then relative to ||b - A(0)||, x = 0's (hunt 82: the walls' constant stayed in
+the Krylov recurrence, and b = 0 returned a wrong x with `converged` True and residual 0).
+Where b - A(0) = 0, x = 0 solves it (for a linear A: b = 0, as SciPy) and `residual` is the
+absolute ||b - A x||, so 0 only for an x that solves A x = b. `SolveResult.info` is SciPy's
+(0 converged, > 0 the iterations of a solve that did not converge, < 0 a BiCGSTAB that broke
+down: `breakdowns`, `message()`). Vectors are fp32 fields; every dot product is one
+wafer-wide fp32 reduction through `wse_core.fabric.reduce`. Both stop by SciPy's rule,
+||b - A x|| <= tol ||b|| (atol 0; `wse_hpc.stencil.bicgstab.correction_tol`, one rule for
+the stack's solvers), with or without x0, on the true residual of the x they return, or
+after `maxiter` iterations. Both factories refuse (FieldError) a tol that is not a finite
+number in (0, 1) (a target of 1 or more is met by x = 0: SciPy returns x0 then, the stack
+refuses it as its stencil solver does) and a maxiter that is not an integer >= 1, and
+(LimitError) one past the HPC iteration limit (`wse_hpc.stencil.bicgstab.check_stop`; hunt
+67: tol NaN returned x = 0 after 0 iterations, tol -0.5 ran as 0.5, maxiter 2.5 ran 3 and
+10**12 failed inside JAX).
 
 - `cg(apply_fn, precondition=None, nullspace=False)`: for symmetric positive (semi)definite
   A, e.g. the pressure Poisson `-laplacian` (`poisson`). `precondition` is a centred field of
@@ -49,7 +59,12 @@ tol -0.5 ran as 0.5, maxiter 2.5 ran 3 and 10**12 failed inside JAX).
   returns, its target tol ||b|| with or without x0, as SciPy's: an x0's correction is
   solved to tol ||b|| / ||b - A x0||, known only on the wafer (refine's `solve_fn(rhs,
   target=)`), folded into x0 and solved once more from there (a large x0's b - A x0 is
-  rounded in fp32); `converged` says whether fp32 met tol.
+  rounded in fp32); `converged` says whether fp32 met tol. A breakdown (rho, omega or
+  (r^, A p) zero: a skew-symmetric operator, central advection without diffusion, has (r, A
+  r) = 0 for every r) restarts from the true residual; one that breaks down again ends the
+  solve (`refine`'s `broke_down`: info BREAKDOWN_INFO, where SciPy's bicgstab returns -10 or
+  -11; hunt 82: 200 of 200 iterations spent into the same breakdown, reported only as not
+  converged).
 - `cg_iteration_cap(template, tol)`: a cap that scales with the grid, for callers that
   would otherwise stop a large Poisson solve short (hunt 72: a fixed 500 stopped every
   solve of a 256 x 256 cavity, max |div u| 0.028 against 1.2e-4 on 64 x 64, unsaid).
@@ -66,6 +81,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from wse_hpc.fields.affine import split
 from wse_hpc.fields.grid import Field, FieldError, scope
 from wse_hpc.fields.null_space import check_null_space
 from wse_hpc.fields.operators import (
@@ -99,19 +115,54 @@ __all__ = [
 
 ApplyFn = Callable[[Field], Field]
 TINY = 1e-30  # guards divisions by a dot product that is exactly zero (a converged residual)
+BREAKDOWN_INFO = -1  # SolveResult.info of a BiCGSTAB solve that stopped on its breakdowns
+
+
+def _info(converged, broke_down, iterations) -> jax.Array:
+    """SciPy's `info` (SolveResult): 0, BREAKDOWN_INFO, or the iterations done."""
+    return jnp.where(converged, 0, jnp.where(broke_down, BREAKDOWN_INFO, iterations))
+
+
+def _relative(t, bnorm) -> jax.Array:
+    """t / ||b||, or t itself where b = 0: a residual of 0 only where x solves A x = b."""
+    return jnp.where(bnorm > 0, t / jnp.maximum(bnorm, TINY), t)
 
 
 class SolveResult(NamedTuple):
     x: Field
     iterations: jax.Array  # int32
-    # fp32 ||b - A x|| / ||b||, the true residual of the x returned; with cg's nullspace=True
-    # of b_proj = b - mean(b) (the module docstring); NaN where that cg could only check its
-    # operator inside jit and found it not singular on the constants
+    # fp32 ||b - A x|| / ||b - A(0)||, the true residual of the x returned relative to x = 0's
+    # (||b|| for a linear A; an affine one's wall terms moved into b: the module docstring);
+    # with cg's nullspace=True of b_proj = b - mean(b); ||b - A x|| itself (absolute) where
+    # b - A(0) = 0, so that 0 means x solves A x = b; NaN where cg(nullspace=True) could only
+    # check its operator inside jit and found it not singular on the constants
     residual: jax.Array
-    converged: jax.Array  # bool: residual <= tol (fp32 may not reach it: see the solvers)
+    converged: jax.Array  # bool: residual <= tol, or 0 where b - A(0) = 0 (see the solvers)
     # fp32 ||b - b_proj|| / ||b||: the share of b that cg's nullspace=True projected away (a
     # pressure Poisson's incompatible part, sum(b) != 0); 0 without the option
     projected: jax.Array | float = 0.0
+    # int32: BiCGSTAB's breakdowns (rho = (r^, r) or omega zero, or a step that is not
+    # finite: (r^, A p) zero), each restarted from the true residual; cg: 0
+    breakdowns: jax.Array | int = 0
+    # int32, SciPy's `info`: 0 converged; > 0 not converged after `info` iterations (the cap,
+    # or fp32's floor: `residual` says how far); < 0 broke down (BREAKDOWN_INFO: BiCGSTAB
+    # stopped on breakdowns in a row without progress, where SciPy returns -10 or -11)
+    info: jax.Array | int = 0
+
+    def message(self) -> str:
+        """One line of what the solve did (concrete values: outside jit)."""
+        its, res, info = int(self.iterations), float(self.residual), int(self.info)
+        if info == 0:
+            return f"converged in {its} iterations (residual {res:.3g})"
+        if info < 0:
+            return (
+                f"broke down after {its} iterations ({int(self.breakdowns)} BiCGSTAB "
+                f"breakdowns, residual {res:.3g}; SciPy's bicgstab returns info -10 / -11 "
+                "there): (r^, A p), rho or omega vanished again from the true residual's "
+                "restart, as on a skew-symmetric operator (central advection without "
+                "diffusion), where BiCGSTAB takes no step; add diffusion or upwind it"
+            )
+        return f"not converged after {its} iterations (residual {res:.3g} above tol)"
 
 
 def poisson(template: Field) -> ApplyFn:
@@ -192,6 +243,8 @@ def cg(
         return r if precondition is None else r * precondition
 
     def solve_fn(b: Field, x0: Field | None = None) -> SolveResult:
+        op, lift = split(apply_fn, b)  # an affine A: L x = b - A(0) (wse_hpc.fields.affine)
+        b = b if lift is None else b - lift
         singular = check_null_space(apply_fn, b) if nullspace else None
         shift = 0.0  # ||b - b_proj|| = sqrt(N) |mean(b)|: ||b||^2 = ||b_proj||^2 + shift^2
         if nullspace:
@@ -209,7 +262,7 @@ def cg(
             PASS_FLOOR["fp32"] of ||r|| when `floored`; done unless `pass_again` (r misses
             tol, iterations left, a GAIN on the last check `before`): 0 iterations from an
             x0 that meets tol. `best` (x, t) so far: x where its t is lower (`keep_best`)."""
-            r = _zero_mean(b - apply_fn(x), nullspace)
+            r = _zero_mean(b - op(x), nullspace)
             z = psolve(r)
             rz, rr = dot(r, z), dot(r, r)
             t = jnp.sqrt(rr)
@@ -234,7 +287,7 @@ def cg(
             return False, _restart(_zero_mean(s.x + s.d, nullspace), True, s.it, s.t, s.best)
 
         def _cg_step(s: _Cg) -> _Cg:
-            ap = apply_fn(s.p)
+            ap = op(s.p)
             alpha = s.rz / jnp.maximum(dot(s.p, ap), TINY)
             d = s.d + alpha * s.p
             r = _zero_mean(s.r - alpha * ap, nullspace)
@@ -248,13 +301,13 @@ def cg(
         s = lax.while_loop(lambda s: ~s.done, body, s0)
         # the best pass's x and its true residual (hunt 79: the fp32 recurrence said 1.6e-7
         # of an x whose truth was 1.7e-4, from x0 = 1000; review 79: a last pass may end
-        # worse than the one before); 0 for b = 0 (x = 0, as SciPy)
+        # worse than the one before); for b = 0 (x = 0, as SciPy) the absolute ||b - A x||
         x, t = s.best
-        res = jnp.where(bnorm > 0, t / jnp.maximum(bnorm, TINY), 0.0)
-        met = residual_met(t, bnorm, tol)
+        res, met = _relative(t, bnorm), residual_met(t, bnorm, tol)
         if singular is not None:  # A read traced values: its probe ran here (no refusal)
             res, met = jnp.where(singular, res, jnp.nan), met & singular
-        return SolveResult(_zero_mean(x, nullspace), s.it, res, met, projected)
+        info = _info(met, False, s.it)
+        return SolveResult(_zero_mean(x, nullspace), s.it, res, met, projected, jnp.int32(0), info)
 
     return solve_fn
 
@@ -300,23 +353,30 @@ def bicgstab(apply_fn: ApplyFn, *, tol: float = 1e-6, maxiter: int = 1000):
     pair = tol < PAIR_BELOW  # and with any x0 (solve_fn)
 
     def solve_fn(b: Field, x0: Field | None = None) -> SolveResult:
+        op, lift = split(apply_fn, b)  # an affine A: L x = b - A(0) (wse_hpc.fields.affine)
+        b = b if lift is None else b - lift
         bnorm = jnp.sqrt(dot(b, b))
         solve = refine(
             # with x0 the target relative to b - A x0 is traced and may lie far below tol
             b.grid, precision="fp32", tol=tol, maxiter=maxiter, pair=pair or x0 is not None,
-            operator=field_operator(apply_fn, b),
+            operator=field_operator(op, b),
         )  # fmt: skip
-        run = functools.partial(_pass, apply_fn, solve, b, tol, maxiter)
+        run = functools.partial(_pass, op, solve, b, tol, maxiter)
+        none, no = jnp.int32(0), jnp.bool_(False)
         if x0 is None:
-            x, its, residual = run(b * 0.0, jnp.int32(0), 0.0)
+            p = run(_Passed(b * 0.0, none, jnp.float32(1.0), none, no), 0.0)
         else:
             x0 = x0.like(jnp.where(bnorm > 0, x0.data, 0.0))  # b = 0: x = 0, as SciPy
             # the first pass stops at PASS_FLOOR["fp32"] relative to b - A x0 (below)
-            x1, its, first = run(x0, jnp.int32(0), PASS_FLOOR["fp32"])
-            x, its, residual = run(x1, its, 0.0)
+            p1 = run(_Passed(x0, none, jnp.float32(1.0), none, no), PASS_FLOOR["fp32"])
+            p = run(p1, 0.0)
             # the better pass's x (review 79: a later pass may end worse; `keep_best`)
-            x, residual = keep_best((x1, first), (x, residual), first, residual)
-        return SolveResult(x, its, residual, residual <= tol, jnp.float32(0.0))
+            x, residual = keep_best((p1.x, p1.residual), (p.x, p.residual), p1.residual,
+                                    p.residual)  # fmt: skip
+            p = p._replace(x=x, residual=residual, broke_down=p.broke_down | p1.broke_down)
+        met = jnp.where(bnorm > 0, p.residual <= tol, p.residual == 0)
+        info = _info(met, p.broke_down, p.its)
+        return SolveResult(p.x, p.its, p.residual, met, jnp.float32(0.0), p.breakdowns, info)
 
     return solve_fn
 
@@ -336,10 +396,19 @@ def _fold(x: Field, d: jax.Array, d_lo: jax.Array) -> Field:
     return x.like(s + (err + d_lo))
 
 
-def _pass(apply_fn: ApplyFn, solve, b: Field, tol: float, maxiter: int, x: Field,
-          its: jax.Array, floor: float):  # fmt: skip
-    """One refine solve from x on b - A x, to tol ||b|| (not below `floor` relative to
-    b - A x), within the iterations `its` left; (x folded, iterations, true residual)."""
+class _Passed(NamedTuple):
+    x: Field  # folded
+    its: jax.Array  # iterations so far
+    residual: jax.Array  # true, relative to ||b|| (`_relative`)
+    breakdowns: jax.Array  # so far
+    broke_down: jax.Array  # bool: this pass stopped on its breakdowns (refine's)
+
+
+def _pass(apply_fn: ApplyFn, solve, b: Field, tol: float, maxiter: int, start: _Passed,
+          floor: float) -> _Passed:  # fmt: skip
+    """One refine solve from `start`'s x on b - A x, to tol ||b|| (not below `floor`
+    relative to b - A x), within the iterations left after `start`'s; its counts added."""
+    x, its = start.x, start.its
     bnorm = jnp.sqrt(dot(b, b))
     rhs = b - apply_fn(x)
     rnorm = jnp.sqrt(dot(rhs, rhs))
@@ -349,5 +418,6 @@ def _pass(apply_fn: ApplyFn, solve, b: Field, tol: float, maxiter: int, x: Field
     res = solve(rhs.data, target=jnp.where(met, jnp.inf, target), limit=maxiter - its)
     x = _fold(x, res.x, res.x_lo)
     r = b - apply_fn(x)
-    residual = jnp.where(bnorm > 0, jnp.sqrt(dot(r, r)) / jnp.maximum(bnorm, TINY), 0.0)
-    return x, its + res.iterations, residual
+    residual = _relative(jnp.sqrt(dot(r, r)), bnorm)
+    return _Passed(x, its + res.iterations, residual, start.breakdowns + res.breakdowns,
+                   res.broke_down)  # fmt: skip

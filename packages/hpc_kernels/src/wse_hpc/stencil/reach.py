@@ -22,7 +22,8 @@ past the largest grid tried is sent to fp32 too (hunt 64: 256 x 256 x 64 stalled
 start in mixed, where fp32 converges; this note said nothing there).
 
 `reason(res, grid, ...)` is the one line a solve that did not converge reports: why, and
-what to use instead (a mixed solve that stalled: `--dtype fp32`, whatever the table says).
+what to use instead (a mixed solve that stalled: `--dtype fp32`, whatever the table says; one
+that broke down, `refine`'s `broke_down`: its breakdowns, as SciPy's info < 0).
 """
 
 from __future__ import annotations
@@ -111,6 +112,12 @@ def reason(
         return (
             f"tolerance {tol:g} is out of reach: an fp32 residual on the wafer certifies no "
             f"less than {least_tol(floor):.1e} (reached {t:.2e}; its rounding is ~{floor:.1e})"
+        )
+    if bool(res.broke_down):  # refine's: the restart from the true residual broke down too
+        return (
+            f"BiCGSTAB broke down: {int(res.breakdowns)} breakdowns without a gain between them "
+            f"(rho, omega or (r^, A p) zero again after the restart from the true residual; "
+            f"SciPy's bicgstab returns info -10 / -11 there), true residual {t:.2e}"
         )
     if bool(res.stalled) and precision == "mixed":  # fp32 is the fix, not a looser tol
         head = "made no progress from x = 0" if t >= 1 else f"stalled above tol {tol:g}"

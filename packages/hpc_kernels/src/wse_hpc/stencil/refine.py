@@ -24,8 +24,17 @@ correction is folded in when its scalars are finite (dropped after an overflow).
 a finite correction too made the restart replay the same iterations into the same
 breakdown until the cap (fp32 48^3 on a 2 x 1 mesh: 2,000 iterations at 3e-2). The solve
 stops when t + CERTIFY_FLOOR <= tol (converged), when FLAT updates in a row bring no
-(1 - GAIN) gain on the best t (stalled: tol out of reach), or at the iteration cap (a last
-update folds the open group in first).
+(1 - GAIN) gain on the best t (stalled: tol out of reach), when BROKE_DOWN breakdowns come
+without a gain between them (`broke_down`: the restart from the true residual broke down as
+well), or at the iteration cap (a last update folds the open group in first).
+
+Why stop on breakdowns: a restart puts r^ = r, and on an operator with (r, A r) = 0 for
+every r (skew-symmetric: central advection without diffusion) its first step breaks down
+again, from the same x (the step is dropped), so the restart replays itself until the cap
+(hunt 82: 200 of 200 iterations, 133 breakdowns, x = 0 and `converged` False, which a
+caller could not tell from a cap; SciPy's bicgstab returns info -11 at the first). One
+restart is still tried, as a breakdown that follows a long group is a recurrence's, which
+the restart from the true residual cures.
 
 A group that leaves the true residual above REJECT x the best so far, or above the start's
 (x = 0: t = 1), is dropped (hunt 64): x stays, and the Krylov space restarts from x's true
@@ -80,6 +89,7 @@ from wse_hpc.stencil.scaling import power_of_two_near
 __all__ = [
     "CERTIFY_FLOOR",
     "DELTA",
+    "BROKE_DOWN",
     "FLAT",
     "GAIN",
     "PAIR_BELOW",
@@ -95,6 +105,7 @@ __all__ = [
 DELTA = {"mixed": 0.1, "fp32": float(jnp.finfo(jnp.float32).eps) ** 0.5}
 UPDATE_EVERY = {"mixed": 10, "fp32": 0}  # and at least every this many iterations (0: never)
 FLAT = 3  # this many updates in a row without a gain end the solve (stalled)
+BROKE_DOWN = 2  # this many breakdowns without a gain between them end it (broke_down)
 # a gain: the true residual below GAIN x the best so far (bicgstab's passes' one GAIN)
 # A group is dropped above this x the best true residual (or above the start's). BiCGSTAB's
 # residual is not monotone: the checks of converging solves rose by at most 1.41x over their
@@ -121,6 +132,8 @@ class SolveResult(NamedTuple):
     converged: jax.Array  # bool: true residual + CERTIFY_FLOOR <= tol
     stalled: jax.Array  # bool: the true residual stopped falling (tol out of reach)
     rejected: jax.Array  # int32, groups dropped (not broken down): truth above REJECT x best
+    # bool: BROKE_DOWN breakdowns without a gain between them ended the solve (module doc)
+    broke_down: jax.Array
 
 
 class _Group(NamedTuple):
@@ -149,6 +162,7 @@ class _Truth(NamedTuple):
     breakdowns: jax.Array
     stalled: jax.Array
     rejected: jax.Array
+    broken: jax.Array  # breakdowns since the last gain
 
 
 class _Carry(NamedTuple):
@@ -231,7 +245,7 @@ def _update(rf: _Refiner, b: jax.Array, bnorm: jax.Array, bad: jax.Array, c: _Ca
     best = jnp.where(gain, t, s.best)
     s = _Truth(
         x, x_lo, t, best, flat, s.checks + 1, s.restarts + bad, s.breakdowns + broke,
-        flat >= FLAT, s.rejected + dropped,
+        flat >= FLAT, s.rejected + dropped, jnp.where(gain, 0, s.broken + broke),
     )  # fmt: skip
     return c._replace(g=g, s=s, thist=c.thist.at[c.it].set(found, mode="drop"))
 
@@ -273,7 +287,8 @@ def _first(rf: _Refiner, b: jax.Array, bnorm: jax.Array, maxiter: int) -> _Carry
     g = _Group(k, rr, rr, rr, jnp.bool_(True), sigma, jnp.sqrt(rr), jnp.int32(0))
     t0 = jnp.where(bnorm > 0, one, 0.0)
     none = jnp.int32(0)
-    s = _Truth(zero_x, zero_x, t0, t0, none, jnp.int32(1), none, none, jnp.bool_(False), none)
+    no = jnp.bool_(False)
+    s = _Truth(zero_x, zero_x, t0, t0, none, jnp.int32(1), none, none, no, none, none)
     nan = history_buffer(maxiter)
     return _Carry(g, s, jnp.int32(0), t0, nan.at[0].set(t0), nan.at[0].set(t0))
 
@@ -314,7 +329,8 @@ def refine(
         c = _first(rf, b, bnorm, maxiter)
 
         def cond(c: _Carry) -> jax.Array:
-            return (c.s.t > target) & ~c.s.stalled & (c.it < cap)
+            going = ~c.s.stalled & (c.s.broken < BROKE_DOWN)
+            return (c.s.t > target) & going & (c.it < cap)
 
         c = lax.while_loop(cond, functools.partial(_iterate, rf, b, bnorm), c)
         last = functools.partial(_update, rf, b, bnorm, ~jnp.isfinite(c.g.rr))
@@ -322,7 +338,7 @@ def refine(
         s = c.s
         return SolveResult(
             s.x, s.x_lo, c.it, s.checks, s.restarts, s.breakdowns, s.t, c.rec, c.hist,
-            c.thist, s.t <= target, s.stalled, s.rejected,
+            c.thist, s.t <= target, s.stalled, s.rejected, s.broken >= BROKE_DOWN,
         )  # fmt: skip
 
     return solve_fn
