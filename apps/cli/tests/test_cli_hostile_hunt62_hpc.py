@@ -144,7 +144,8 @@ def _moving_crystal(path: Path, vx: float) -> Path:
      # 2 x (MVV2E / 2 x 63.546 amu x vx^2) / (765 dof x kB), plus ~19 K of the other atoms
      (1e30, "5", "initial temperature of 9.991e+58 K"),  # was exit 1, "blew up"
      (3000.0, "0", "velocities give an initial temperature of 8.992e+05 K, past 1e+05 K (where "
-      "a run stops as blown up); give velocities in A/ps")],
+      "a run stops as blown up); check their unit (velocities:R:3 and a LAMMPS dump "
+      "extxyz's vel:R:3 are read in A/ps")],
 )  # fmt: skip
 def test_md_refuses_velocities_past_the_blow_up_temperature(tmp_path, cu, vx, steps, message):
     xyz = _moving_crystal(tmp_path / "in.xyz", vx)

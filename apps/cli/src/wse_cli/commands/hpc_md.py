@@ -3,9 +3,10 @@
 `wse hpc md (--structure in.xyz | --lattice fcc --element Cu --a 3.615 --cells NX NY NZ)
 --potential FILE [--steps N] [--dt-fs 1] [--temperature-K T] [--create-velocities]
 [--thermostat none|langevin|nose-hoover] [--damp-fs TDAMP] [--tchain M] [--seed S] [--out
-traj.xyz] [--thermo-every K] [--json]` (a thermostat needs its --temperature-K, as LAMMPS's
-fix langevin / nvt need Tstart) prints one line saying where the velocities come from, then
-LAMMPS-style thermo rows and a closing `Performance:` line, with the predicted wafer rate
+traj.xyz] [--thermo-every K] [--reset-timestep N] [--json]` (a thermostat needs its
+--temperature-K, as LAMMPS's fix langevin / nvt need Tstart) prints one line saying where the
+velocities come from (and the step the run counts from, when it is not 0), then LAMMPS-style
+thermo rows and a closing `Performance:` line, with the predicted wafer rate
 next to it; `--steps 0` evaluates energies and forces and writes them to `--out`.
 
 Velocities follow LAMMPS, where `velocity all create T seed` and a thermostat's target are
@@ -64,7 +65,9 @@ def md(
         None,
         "--structure",
         help="Extended XYZ input (last frame; gzipped too); velocities from momenta:R:3 (ASE's, "
-        "what --out writes), velocities:R:3 (A/ps) or vel:R:3 (A/fs, GPUMD's).",
+        "what --out writes), velocities:R:3 (A/ps) or vel:R:3 (A/fs, GPUMD's; A/ps in a LAMMPS "
+        "dump extxyz, whose comment line has Timestep=). The step count goes on from the "
+        "frame's step= or Timestep= (as LAMMPS's read_restart).",
     ),
     lattice: str = typer.Option(None, "--lattice", help="fcc | bcc | hcp (instead of a file)."),
     element: str = typer.Option(None, "--element", help="Element of the --lattice crystal."),
@@ -139,6 +142,15 @@ def md(
     thermo_every: int = number(
         100, "--thermo-every", help="Thermo row every K steps.", kind=int, ge=1
     ),
+    reset_timestep: int = number(
+        None,
+        "--reset-timestep",
+        help="Number the steps from N (LAMMPS's reset_timestep N); default: the --structure "
+        "frame's step (its step= or Timestep=, as LAMMPS's read_restart keeps it), else 0.",
+        kind=int,
+        ge=0,
+        le=2**63 - 1,  # LAMMPS's timestep: a bigint
+    ),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | fp64"),
     preset: str = preset_option("wse3", help="Wafer preset (its PE grid)"),
     spec_file: Path = SPEC_FILE,
@@ -175,7 +187,8 @@ def md(
     spec = wafer_spec(preset, spec_file, "wse3")
     notes: list[str] = []  # lines before the run's first: what was made of the inputs
     s = read_structure(structure, lattice, element, a, cells, dtype, spec, notes)
-    check_size(out, steps, thermo_every, s)  # hunt 64: 10^7 frames began to write, ~386 GB
+    # hunt 64: 10^7 frames began to write, ~386 GB
+    check_size(out, steps, thermo_every, s, reset_timestep)
     draw = check_velocities(ctx, s, structure, thermostat, temperature_k, create_velocities)
     pot = read_potential_for(
         s, potential, potential_knots, notes, temperature_k=temperature_k, seed=seed
@@ -192,6 +205,7 @@ def md(
         dtype=dtype,
         spec=spec,
         defect_seed=defect_seed,
+        first_step=reset_timestep,
         mesh_shape=None if mesh is None else (int(mesh[0]), int(mesh[1])),
     )
     from wse_hpc.md.run_setup import start_line
@@ -204,6 +218,7 @@ def _run(s, pot, cfg, out, as_json, trace=None, start: str = "", notes=()) -> No
     import jax
     from rich.console import Console
     from wse_core.host.runtime import keep_freed_memory
+    from wse_hpc.md.run_setup import first_step
     from wse_hpc.md.simulate import run_md
     from wse_hpc.md.thermo import format_header, format_row, performance_line
 
@@ -223,8 +238,10 @@ def _run(s, pot, cfg, out, as_json, trace=None, start: str = "", notes=()) -> No
         while banner:
             console.print(banner.pop(0))
 
+    first = first_step(s, cfg)  # the rows' steps count from it (hunt 82)
+
     def on_row(row):
-        if row.step == 0:
+        if row.step == first:
             _refuse_nonfinite_start(row)
         if not as_json:
             print_banner()
@@ -244,7 +261,7 @@ def _run(s, pot, cfg, out, as_json, trace=None, start: str = "", notes=()) -> No
         def on_thermo(row):
             on_row(row)
             traj.reached(row.step)
-            done(row.step)
+            done(row.step - first)
 
         with jax.enable_x64(cfg.dtype == "float64"):
             res = run_md(s, pot, cfg, on_thermo=on_thermo, on_frame=on_frame if out else None)

@@ -71,9 +71,10 @@ def check_bath(ctx: typer.Context, thermostat: str, temperature_k: float | None)
 def read_structure(path, lattice, element, a, cells, dtype, spec, notes=None):
     """The input structure; its atoms are checked against the wafer's PEs and the host
     memory before the crystal (or the run) is allocated. `notes` gets a line when the
-    file's positions were shifted by its Origin (hunt 68: OVITO's key was ignored) and when
+    file's positions were shifted by its Origin (hunt 68: OVITO's key was ignored), when
     atoms outside the periodic box were wrapped into it, as LAMMPS's read_data does (hunt 73:
-    they were refused)."""
+    they were refused), and when its velocities are a LAMMPS dump extxyz's vel:R:3, read in
+    A/ps (hunt 82: read as GPUMD's A/fs)."""
     from wse_hpc.md import crystal
     from wse_hpc.md.lattice import check_box, wrap_into_box
     from wse_hpc.md.sizing import check_atoms, check_crystal
@@ -87,7 +88,12 @@ def read_structure(path, lattice, element, a, cells, dtype, spec, notes=None):
             from wse_core.host.readers import not_regular
 
             fail(f"structure file {str(path)!r} {not_regular(path) or 'does not exist'}")
-        s, origin = read_frames(path)[-1]
+        s, origin, lammps = read_frames(path)[-1]
+        if lammps and s.velocities_A_ps is not None and notes is not None:  # hunt 82
+            notes.append(
+                f"{path.name}: a LAMMPS dump extxyz (its Timestep= key): vel:R:3 read in A/ps, "
+                "LAMMPS units metal (GPUMD's vel:R:3, with no Timestep=, is A/fs)"
+            )
         if origin.any() and notes is not None:
             notes.append(
                 f"{path.name}: positions shifted by -Origin ({', '.join(f'{v:g}' for v in origin)}"

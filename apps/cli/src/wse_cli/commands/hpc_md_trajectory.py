@@ -2,7 +2,7 @@
 keeps the file of a `dump`.
 
 Contract:
-- `check_size(out, steps, thermo_every, structure)` refuses, before any work, a trajectory
+- `check_size(out, steps, thermo_every, structure, first)` refuses, before any work, a trajectory
   past the limit `xyz_bytes` (what `--structure` reads back), as `wse hpc cfd` refuses step
   files past `step_files` (hunt 64: `--steps 10000000 --thermo-every 1` began to write
   ~386 GB, frame after frame, with no check).
@@ -64,15 +64,20 @@ def refuse_nonfinite(step: int, frame) -> None:
             )
 
 
-def check_size(out: Path | None, steps: int, thermo_every: int, structure) -> None:
-    """Refuse a trajectory whose frames (one at step 0, one per thermo row) would be past the
-    limit `xyz_bytes`, from `frame_bytes`'s bound of a frame."""
+def check_size(
+    out: Path | None, steps: int, thermo_every: int, structure, first: int | None = None
+) -> None:
+    """Refuse a trajectory whose frames (one at the first step, one per thermo row: the
+    multiples of thermo_every from the step `first`, else the structure's, and the last
+    step) would be past the limit `xyz_bytes`, from `frame_bytes`'s bound of a frame."""
     if out is None or str(out) == os.devnull:
         return
     from wse_core.host.limits import check
     from wse_hpc.md.xyz import frame_bytes
 
-    frames = 1 + -(-steps // thermo_every)
+    a = first if first is not None else (structure.step or 0)
+    frames = 1 + (a + steps) // thermo_every - a // thermo_every
+    frames += 1 if steps and (a + steps) % thermo_every else 0  # the last step's row
     symbol_chars = structure.symbols.dtype.itemsize // 4  # UCS-4: the longest symbol's length
     size = frames * frame_bytes(structure.num_atoms, symbol_chars=symbol_chars)
     check("xyz_bytes", size, f"the size of the --out trajectory of --steps {steps} "

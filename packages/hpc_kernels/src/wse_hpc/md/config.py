@@ -40,3 +40,8 @@ class MdConfig:
     # steps per neighbour-list rebuild at the start (then adapted); None: the steps the
     # fastest atom at the start takes to cross skin / 2 (`initial_every`)
     rebuild_every: int | None = None
+    # the step the run starts at: its rows and frames are numbered from it, and its thermo
+    # rows fall on the multiples of thermo_every (and its first and last step), as LAMMPS's
+    # Step after read_restart; None: the structure's (`Structure.step`: a frame's step= or
+    # Timestep=), 0 without one; an int: LAMMPS's `reset_timestep N` (hunt 82)
+    first_step: int | None = None

@@ -53,6 +53,7 @@ from wse_hpc.md.nose_hoover import (
     chain_masses,
 )
 from wse_hpc.md.state import Atoms, Bath, MdState
+from wse_hpc.md.units import BOLTZ_EV_K, FTM2V, MVV2E, NKTV2P
 
 __all__ = [
     "BOLTZ_EV_K",
@@ -69,11 +70,6 @@ __all__ = [
     "bath_energy",
     "atom_uniforms",
 ]
-
-BOLTZ_EV_K = 8.617343e-5  # LAMMPS metal units
-MVV2E = 1.0364269e-4  # amu A^2 / ps^2 -> eV
-FTM2V = 1.0 / 1.0364269e-4  # eV / (A amu) -> A / ps^2
-NKTV2P = 1.6021765e6  # eV / A^3 -> bar
 
 
 @dataclasses.dataclass(frozen=True)

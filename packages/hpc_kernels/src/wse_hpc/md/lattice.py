@@ -53,6 +53,9 @@ class Structure:
         default_factory=dict
     )  # as ASE's Atoms.info
     images: np.ndarray | None = None  # (N, 3) int64, LAMMPS's ix iy iz (module docstring)
+    # the time step the structure is at (a run's frame: its step; LAMMPS's ntimestep), from
+    # which a run continued from it counts (`MdConfig.first_step`); None: not from a run
+    step: int | None = None
 
     @property
     def num_atoms(self) -> int:

@@ -3,11 +3,12 @@ temperature below the blow-up one, dtype 'float32' or 'float64', a 64-bit seed),
 structure and options (`prepare`: atoms in the box, no overlaps, dt, skin, damping, the
 velocities — drawn at `config.temperature_K` when it is set, as LAMMPS's `velocity all
 create`, else the structure's own unless they are past `EXPLODED_TEMPERATURE_K`, else zero),
-the Nosé–Hoover bath a continued run starts with (`start_bath`: the structure's, written by
-the run that made it, when its velocities are kept), the one line that says which
-(`start_line`) and the wafer of one atom per PE (`md_wafer`: `config.grid` or
-`mapping.choose_grid`, without `config.mesh_shape` on at most one device per
-MIN_PES_PER_DEVICE PEs). `wse_hpc.md.simulate.run_md` starts with them."""
+the Nosé–Hoover bath a continued run starts with (`start_bath`: the structure's, written by the
+run that made it, when its velocities are kept), the step it starts at (`first_step`: the
+structure's, as LAMMPS's read_restart keeps the timestep, or `config.first_step`, LAMMPS's
+reset_timestep), the one line that says which (`start_line`) and the wafer of one atom per PE
+(`md_wafer`: `config.grid` or `mapping.choose_grid`, without `config.mesh_shape` on at most
+one device per MIN_PES_PER_DEVICE PEs). `wse_hpc.md.simulate.run_md` starts with them."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ EXPLODED_TEMPERATURE_K = 1e5
 DTYPES = ("float32", "float64")
 INT32_MAX = 2**31 - 1
 SEED_MAX = 2**63 - 1  # NumPy's and jax.random.key's seeds are 64-bit signed integers
+STEP_MAX = 2**63 - 1  # LAMMPS's timestep is a bigint (int64): the last step a run may reach
 
 
 def _stored_closest_pair(x: np.ndarray, box: np.ndarray):
@@ -106,6 +108,31 @@ def start_bath(structure: Structure, config: MdConfig) -> Bath | None:
     return Bath(xi, eta)
 
 
+def first_step(structure: Structure, config: MdConfig) -> int:
+    """The step the run starts at: `config.first_step` (LAMMPS's `reset_timestep N`), else
+    the structure's (a frame's step= or Timestep=: LAMMPS's read_restart keeps the timestep,
+    hunt 82: a continued run restarted its Step column at 0), else 0; WseError where the
+    run's last step would be past STEP_MAX."""
+    given = config.first_step if config.first_step is not None else structure.step
+    first = 0 if given is None else given
+    name = "first_step" if config.first_step is not None else "the structure's step"
+    require_int(name, first, 0, STEP_MAX - config.steps)
+    return int(first)
+
+
+def _steps_line(structure: Structure, config: MdConfig, source: str) -> str:
+    """Where the step count starts, when it is not 0 or was set (`first_step`)."""
+    first = first_step(structure, config)
+    if config.first_step is not None:
+        return f"; steps from {first} (reset_timestep {first})"
+    if first == 0:
+        return ""
+    return (
+        f"; steps from {first}, {source}'s step (as LAMMPS's read_restart; --reset-timestep N "
+        "counts from N)"
+    )
+
+
 _BATH_NAMES = {"langevin": ("Langevin", "damp"), "nose-hoover": ("Nose-Hoover", "Tdamp")}
 
 
@@ -126,7 +153,8 @@ def start_line(
     """Where the run's velocities come from (drawn, the structure's, or none) and the
     thermostat's target, in one line (`source` names the structure): "velocities from
     t.xyz (334.9 K); Nose-Hoover target 600 K (Tdamp 100 fs, LAMMPS fix nvt tchain 3: a
-    chain of 3 thermostats)"."""
+    chain of 3 thermostats)", and the step it starts at where that is not 0 or was set
+    ("; steps from 400, t.xyz's step ...")."""
     vel, t_set = structure.velocities_A_ps, config.temperature_K
     masses = np.asarray(pot.masses_amu)[structure.species(pot.elements)]
     with np.errstate(over="ignore", invalid="ignore"):  # `prepare` refuses what overflows
@@ -146,7 +174,7 @@ def start_line(
         name, damp = _BATH_NAMES[bath.kind]
         lammps = _bath_lammps(bath)
         line += f"; {name} target {bath.temperature_K:g} K ({damp} {bath.damp_fs:g} fs{lammps})"
-    return line
+    return line + _steps_line(structure, config, source)
 
 
 def check_config(config: MdConfig) -> None:
@@ -158,6 +186,8 @@ def check_config(config: MdConfig) -> None:
     if config.rebuild_every is not None:
         require_int("rebuild_every", config.rebuild_every, 1, INT32_MAX)
     require_int("seed", config.seed, 0, SEED_MAX)
+    if config.first_step is not None:  # the structure's step is checked by `first_step`
+        require_int("first_step", config.first_step, 0, STEP_MAX - config.steps)
     if config.dtype not in DTYPES:  # a str: the run enables x64 by it (`simulate.run_md`)
         raise WseError(f"dtype must be 'float32' or 'float64', got {shown_setting(config.dtype)}")
     if not is_finite(config.dt_fs) or not config.dt_fs > 0:
@@ -178,14 +208,17 @@ def check_config(config: MdConfig) -> None:
 def refuse_hot_start(masses_amu: np.ndarray, vel: np.ndarray) -> None:
     """A structure's velocities whose temperature (`thermo_row`'s: 3N - 3 degrees of freedom)
     is past `EXPLODED_TEMPERATURE_K` or not finite: refused before the run (hunt 62: vx
-    1e300 A/ps printed Temp inf and `"ke": Infinity`, an invalid JSON, and exit 0)."""
+    1e300 A/ps printed Temp inf and `"ke": Infinity`, an invalid JSON, and exit 0), naming
+    the units the columns are read in (hunt 82: it told the user to give A/ps, as a LAMMPS
+    dump extxyz already did)."""
     with np.errstate(over="ignore", invalid="ignore"):  # 1e300 squared: inf, refused below
         _, temp = kinetic(masses_amu, vel)
     if not temp <= EXPLODED_TEMPERATURE_K:  # NaN and inf included
         raise WseError(
             f"the structure's velocities give an initial temperature of {temp:.4g} K, past "
-            f"{EXPLODED_TEMPERATURE_K:.0e} K (where a run stops as blown up); give velocities "
-            "in A/ps (LAMMPS metal units) or draw new ones (--create-velocities with "
+            f"{EXPLODED_TEMPERATURE_K:.0e} K (where a run stops as blown up); check their unit "
+            "(velocities:R:3 and a LAMMPS dump extxyz's vel:R:3 are read in A/ps, GPUMD's "
+            "vel:R:3 in A/fs, momenta:R:3 as ASE's) or draw new ones (--create-velocities with "
             "--temperature-K)"
         )
 

@@ -7,27 +7,28 @@ overflowed the crystal's list capacity and re-planned it from 97 to 121 candidat
 trajectory was priced at 1.338e5 and 1.184e5 timesteps/s).
 
 Contract: `advance(run, fixed, key, row_fn, emit_fn)` runs `fixed.config.steps` steps from
-`run.state` (a `Progress`, the shell's record, updated in place) and returns the steps done.
-A segment starts right after a list build (or the run's first lists, age 0) and ends with the
-build that closes its k-th lifetime: k x every steps, k = ceil(MIN_CHECK_STEPS / every), cut
-at the run's last step. Inside it the steps run in chunks (`Runner.chunk`, the number of
-steps an argument: one program for every length) that end at the thermo rows (multiples of
-`thermo_every`, and the last step), at the segment's end and around each rebuild step: a
-lifetime's other steps run in the program without the rebuild (`Runner.kept_fits`), its
-rebuild step in the one with it (`_chunk_steps`), so a step's program, and so its rounding,
-never depends on where a row falls. An overflow (a build's, seen after any chunk) re-plans
-from the segment's start (`replan`). At a row and at the segment's end: the row (`row_fn`,
-which stops a blown-up run before anything else), and one fabric reduction (`drift_fn`)
-checks that no atom moved more than skin / 2 from its build position while its lists were
-in use; if one did, the segment runs again from its start at half the cadence
-(`Progress.reruns`). A check that passes means right rows: a row step's row is handed on
-then (`emit_fn(row, state)`), once: a segment run again after some of its rows
-were handed on recomputes them (equal to rounding, its lists were right there) and hands on
-only the rest. When a segment ends, its builds are counted and the cadence doubles (at most
-MAX_REBUILD_EVERY) if every atom stayed within a quarter of the skin over the whole segment.
-Segment boundaries, reruns, builds and re-plans depend on the cadence and the atoms only.
-The full-window kernel (no lists; past LIST_BUDGET_BYTES) has no cadence: its segments are
-one chunk, to the next row, and an overflow re-plans from the chunk's start.
+`run.state` (a `Progress`, the shell's record, updated in place) and returns the steps done. A
+segment starts right after a list build (or the run's first lists, age 0) and ends with the
+build that closes its k-th lifetime: k x every steps, k = ceil(MIN_CHECK_STEPS / every), cut at
+the run's last step. Inside it the steps run in chunks (`Runner.chunk`, the number of steps an
+argument: one program for every length) that end at the thermo rows (the steps
+`config.first_step + at` that are multiples of `thermo_every`, and the last step, as LAMMPS's
+thermo output after read_restart; `at` counts from 0 in the run), at the segment's end and
+around each rebuild step: a lifetime's other steps run in the program without the rebuild
+(`Runner.kept_fits`), its rebuild step in the one with it (`_chunk_steps`), so a step's
+program, and so its rounding, never depends on where a row falls. An overflow (a build's, seen
+after any chunk) re-plans from the segment's start (`replan`). At a row and at the segment's
+end: the row (`row_fn`, which stops a blown-up run before anything else), and one fabric
+reduction (`drift_fn`) checks that no atom moved more than skin / 2 from its build position
+while its lists were in use; if one did, the segment runs again from its start at half the
+cadence (`Progress.reruns`). A check that passes means right rows: a row step's row is handed
+on then (`emit_fn(row, state)`), once: a segment run again after some of its rows were handed
+on recomputes them (equal to rounding, its lists were right there) and hands on only the rest.
+When a segment ends, its builds are counted and the cadence doubles (at most MAX_REBUILD_EVERY)
+if every atom stayed within a quarter of the skin over the whole segment. Segment boundaries,
+reruns, builds and re-plans depend on the cadence and the atoms only. The full-window kernel
+(no lists; past LIST_BUDGET_BYTES) has no cadence: its segments are one chunk, to the next row,
+and an overflow re-plans from the chunk's start.
 
 `replan(fixed, state, plan, replans, seen)` re-maps a state and plans a wider window (below);
 `placed_drift` and `no_drift` give a state's lists a placed, zero displacement record.
@@ -127,7 +128,7 @@ def advance(run: Progress, fixed: RunFixed, key: jax.Array, row_fn: RowFn, emit_
             run.compile_s += t_r - t_c
             new, ran = compiled(*args)
             ran, over = int(ran), bool(new.eam.overflow)
-            checked = at + ran == end or (at + ran) % config.thermo_every == 0
+            checked = at + ran == end or _on_row(at + ran, config)
             if over or checked:
                 row = row_fn(at + ran, new)  # a blown-up chunk stops here, never re-planned
             if over:
@@ -139,7 +140,7 @@ def advance(run: Progress, fixed: RunFixed, key: jax.Array, row_fn: RowFn, emit_
                 _rerun(run, start)
                 break
             state, at = new, at + ran
-            if checked and at > shown and (at % config.thermo_every == 0 or at == config.steps):
+            if checked and at > shown and (_on_row(at, config) or at == config.steps):
                 emit_fn(row, state)
                 shown = at
         else:
@@ -172,9 +173,16 @@ def _segment_steps(state: MdState, config: MdConfig, done: int) -> int:
     return -(-MIN_CHECK_STEPS // every) * every - age
 
 
+def _on_row(at: int, config: MdConfig) -> bool:
+    """Whether the run's step `at` is a thermo row's: its step first_step + at a multiple of
+    thermo_every (the last step's is `advance`'s)."""
+    return (int(config.first_step or 0) + at) % config.thermo_every == 0
+
+
 def _next_row(at: int, config: MdConfig) -> int:
-    """The first thermo row's step after `at` (multiples of thermo_every, and the last)."""
-    return min((at // config.thermo_every + 1) * config.thermo_every, config.steps)
+    """The first thermo row after the run's step `at` (module docstring), in the run's steps."""
+    first, every = int(config.first_step or 0), config.thermo_every
+    return min(((first + at) // every + 1) * every - first, config.steps)
 
 
 def _moved_A(runner: Runner, state: MdState) -> float:

@@ -31,7 +31,10 @@ choices reuses its compiled functions (`runners.runner_for`). Thermo rows are co
 the host in float64, and handed on once their chunk passed its checks.
 A Nosé–Hoover run from a structure whose velocities it keeps starts with the bath the
 structure carries (`run_setup.start_bath`), and every frame it hands `on_frame` carries its
-bath in `info` (with the run's masses): 2N steps and N + N continued from the Nth frame agree.
+bath in `info` (with the run's masses): 2N steps and N + N continued from the Nth frame agree,
+and the continued run numbers its rows and frames on from the frame's step (`Structure.step`,
+`run_setup.first_step`: LAMMPS's read_restart keeps the timestep; `config.first_step` is its
+reset_timestep), its thermo rows on the multiples of `thermo_every` as LAMMPS's.
 Every frame carries image flags (`Structure.images`, LAMMPS's ix iy iz): positions + images
 x box is the unwrapped trajectory, counted on from the structure's own flags, re-maps too.
 Returns an `MdResult` with the final structure (positions wrapped into the box, velocities,
@@ -66,6 +69,7 @@ from wse_hpc.md.run_setup import (
     EXPLODED_TEMPERATURE_K,
     MIN_PES_PER_DEVICE,
     check_config,
+    first_step,
     in_box,
     md_wafer,
     prepare,
@@ -190,6 +194,8 @@ def run_md(
 def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     structure = in_box(structure)  # as the CLI's read and LAMMPS's run (hunt 74)
     species, masses, vel = prepare(structure, pot, config)
+    first = first_step(structure, config)  # rows and frames numbered from it (hunt 82)
+    config = dataclasses.replace(config, first_step=first)
     if config.rebuild_every is None:
         every = initial_every(vel, config.skin_A, config.dt_fs)
         config = dataclasses.replace(config, rebuild_every=every)
@@ -230,7 +236,7 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
     rows: list[ThermoRow] = []
 
     def row_fn(step: int, state: MdState) -> ThermoRow:
-        row = state_row(step, wafer, state, masses, vol, ecouple(state.bath))
+        row = state_row(first + step, wafer, state, masses, vol, ecouple(state.bath))
         _check_stable(row, config)
         return row
 
@@ -239,12 +245,12 @@ def _run(structure, pot, config, on_thermo, on_frame, runners) -> MdResult:
         if on_thermo:
             on_thermo(row)
         if on_frame:
-            on_frame(row.step, frame(state))
+            on_frame(row.step, frame(state, row.step))
 
-    emit_fn(state_row(0, wafer, run.state, masses, vol, ecouple(run.state.bath)), run.state)
+    emit_fn(state_row(first, wafer, run.state, masses, vol, ecouple(run.state.bath)), run.state)
     done = advance(run, fixed, jax.random.key(config.seed), row_fn, emit_fn)
     return MdResult(
-        structure=frame(run.state),
+        structure=frame(run.state, first + done),
         thermo=rows,
         steps=done,
         loop_wall_s=run.loop_s,
@@ -273,13 +279,14 @@ def _start_images(structure: Structure, pos: np.ndarray, box: np.ndarray) -> np.
     return np.rint((given - pos) / box).astype(np.int64)
 
 
-def _frame(fixed: RunFixed, n: int, masses_amu, state: MdState) -> Structure:
-    """The structure of a placed state with the run's masses (the written momenta's), its
-    image flags and, for Nosé–Hoover, its bath in `info`: a run continued from it goes on
-    exactly."""
+def _frame(fixed: RunFixed, n: int, masses_amu, state: MdState, step: int) -> Structure:
+    """The structure of a placed state at `step` with the run's masses (the written
+    momenta's), its image flags and, for Nosé–Hoover, its bath in `info`: a run continued
+    from it goes on exactly, and counts on from its step."""
     config = fixed.config
     s = state_structure(fixed.wafer, state, fixed.pot, n, fixed.box, fixed.images)
     s.masses_amu = np.asarray(masses_amu, dtype=np.float64)
+    s.step = int(step)
     if config.thermostat.kind == "nose-hoover":
         xi, eta = (np.asarray(v, dtype=np.float64).reshape(-1) for v in state.bath)
         # one thermostat: a number a key, as before; a chain: its values, quoted on the line

@@ -17,9 +17,9 @@ import dataclasses
 import numpy as np
 
 from wse_hpc.md import mapping
-from wse_hpc.md.integrate import BOLTZ_EV_K, MVV2E, NKTV2P
 from wse_hpc.md.lattice import Structure
 from wse_hpc.md.state import MdState
+from wse_hpc.md.units import NKTV2P, kinetic
 
 __all__ = [
     "ThermoRow",
@@ -51,15 +51,6 @@ class ThermoRow:
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
-
-
-def kinetic(masses_amu: np.ndarray, velocities_A_ps: np.ndarray) -> tuple[float, float]:
-    """(kinetic energy in eV, temperature in K over 3N - 3 degrees of freedom), in float64
-    (LAMMPS' `ke` and `temp` of thermo output)."""
-    m = np.asarray(masses_amu, dtype=np.float64)
-    v = np.asarray(velocities_A_ps, dtype=np.float64)
-    ke = 0.5 * MVV2E * float((m[:, None] * v * v).sum())
-    return ke, 2.0 * ke / (max(3 * m.shape[0] - 3, 1) * BOLTZ_EV_K)
 
 
 def thermo_row(

@@ -25,12 +25,25 @@ were refused as outside [0, L)).
 
 Velocities are read from whichever column the writer used (hunt 64: ASE's momenta were
 dropped without a word, a 300 K crystal ran at 0 K): `velocities:R:3` in A/ps (wse's own,
-LAMMPS metal units), `vel:R:3` in A/fs (GPUMD's model.xyz and dump_exyz), `momenta:R:3` in
+LAMMPS metal units), `vel:R:3` in A/fs (GPUMD's model.xyz and dump_exyz) or, in a frame whose
+comment line has LAMMPS's `Timestep=` key, in A/ps (`XyzFrame.lammps_dump`), `momenta:R:3` in
 ASE's units (velocities = momenta / masses as `ase.Atoms.get_velocities` gives them, from the
 file's `masses:R:1` or ASE's standard masses, `wse_hpc.md.elements`; what wse writes since
 hunt 68, `velocities:R:3` before). Another column named
 like a velocity (`velo`, `velocity`, `momentum`, ...) is refused: its unit is unknown. Other
-columns (`id`, `charge`, ...) are not used.
+columns (`id`, `charge`, ...) are not used; LAMMPS's `mass:R:1` is read as `masses:R:1`.
+
+LAMMPS's own `dump extxyz` (EXTRA-DUMP, `dump_extxyz.cpp`) writes `Timestep=N` first on the
+comment line, `Time=`, and `Temperature=` (thermo's, 3N - 3 degrees of freedom) when thermo
+has one, and atom->v as `vel:R:3` in the run's units: A/ps under `units metal`, the units of
+the EAM files wse reads; GPUMD's `dump_exyz` (`Time=`, `energy=`, `virial=`, `stress=`) and
+model.xyz write no Timestep= (hunt 82: a LAMMPS dump's 300 K read as 3e8 K, and the refusal
+told the user to give A/ps, which the file held). A LAMMPS frame whose Temperature= is not
+within LAMMPS_TEMPERATURE_FACTOR of its velocities' (in A/ps, with the file's or ASE's masses)
+is refused: it was written under other units (`units real`: A/fs, 1e-6 x the temperature).
+
+A frame's step (`Structure.step`) is its `step=` key (what `write_xyz` writes of a run's
+frames) or LAMMPS's `Timestep=`: a run continued from the frame counts on from it (hunt 82).
 """
 
 from __future__ import annotations
@@ -45,6 +58,7 @@ from wse_core.host.limits import lift, limit
 
 from wse_hpc.md.elements import ase_mass_amu
 from wse_hpc.md.lattice import Structure
+from wse_hpc.md.units import kinetic
 from wse_hpc.md.xyz_text import XyzError, read_lines
 from wse_hpc.md.xyz_write import ASE_FS, IMAGES, frame_bytes, write_xyz
 
@@ -60,6 +74,13 @@ __all__ = [
 
 # the comment-line keys of a Nosé–Hoover run's bath: xi (1/ps), eta (`state.Bath`)
 NOSE_HOOVER_KEYS = ("nose_hoover_xi", "nose_hoover_eta")
+# LAMMPS's dump extxyz writes this key first (dump_extxyz.cpp, `write_header`); GPUMD never
+LAMMPS_KEY = "timestep"
+# A LAMMPS frame's velocities (A/ps) and its Temperature= agree to the dump's 6 digits and the
+# masses (a potential file's 63.55 amu against ASE's 63.546: 6e-5); `units real` (A/fs) reads
+# 1e6 x colder. A thermo temperature of a group, or with fewer degrees of freedom, is not off
+# by 2 for a group of most of the atoms: outside this factor the unit is not A/ps.
+LAMMPS_TEMPERATURE_FACTOR = 2.0
 QUOTE_CHARS = 80  # characters of a file's text quoted in an error line
 MAX_IMAGE = 2.0**31 - 1  # an image flag's bound: an int32, as LAMMPS's ix iy iz dump columns
 
@@ -69,6 +90,8 @@ class XyzFrame(NamedTuple):
 
     structure: Structure
     origin_A: np.ndarray  # (3,), zeros when the file names none
+    # the frame is LAMMPS's dump extxyz (its Timestep= key): vel:R:3 was read in A/ps
+    lammps_dump: bool = False
 
 
 def _quote(text: str) -> str:
@@ -172,8 +195,8 @@ def _columns(props: str, where: str) -> list[tuple[str, int, int]]:
     return out
 
 
-_WIDTHS = {"pos": 3, "velocities": 3, "vel": 3, "momenta": 3, "masses": 1, "forces": 3,
-           "energies": 1, IMAGES: 3}  # fmt: skip
+_WIDTHS = {"pos": 3, "velocities": 3, "vel": 3, "momenta": 3, "masses": 1, "mass": 1,
+           "forces": 3, "energies": 1, IMAGES: 3}  # fmt: skip
 # The velocity columns read and their unit in A/ps (module docstring); momenta: ASE's
 _VELOCITY_A_PS = {"velocities": 1.0, "vel": 1000.0}
 
@@ -317,11 +340,16 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> XyzFrame:
                     f"{name} line {i + 3 + j} field {k}: {_quote(tok)} is not a finite number"
                 )
     found = {c: data[:, s - 1 : s - 1 + w] for c, s, w in cols if c != "species"}
+    if "masses" not in found and "mass" in found:  # LAMMPS's dump_modify mass yes
+        found["masses"] = found["mass"]
     vel = None if vel_column is None else found[vel_column]
+    lammps = LAMMPS_KEY in info
     if vel_column == "momenta":
         vel = _ase_velocities(vel, found.get("masses"), symbols, name, i + 3)
     elif vel is not None:
-        vel = vel * _VELOCITY_A_PS[vel_column]
+        vel = vel * (1.0 if lammps else _VELOCITY_A_PS[vel_column])
+        if lammps:
+            _check_lammps_temperature(vel, found.get("masses"), symbols, info, where)
     energies, masses = found.get("energies"), found.get("masses")
     structure = Structure(
         np.array(symbols),
@@ -333,8 +361,56 @@ def _frame(path: Path, lines: list[str], i: int, before: int) -> XyzFrame:
         None if masses is None else masses[:, 0].copy(),
         _bath_info(info, where),
         _images(found.get(IMAGES), name, i + 3),
+        _step(info, where),
     )
-    return XyzFrame(structure, origin)
+    return XyzFrame(structure, origin, lammps)
+
+
+def _step(info: dict[str, str], where: str) -> int | None:
+    """The frame's step: wse's `step=` or LAMMPS's `Timestep=` (both: the same), a whole
+    number >= 0; None when the frame has neither."""
+    given = {k: info[k] for k in ("step", LAMMPS_KEY) if k in info}
+    steps = set()
+    for k, v in given.items():
+        try:
+            n = int(v)
+        except ValueError:
+            n = -1
+        if n < 0:
+            raise XyzError(f"{where}: {k}={_quote(v)} must be a whole number >= 0 (a time step)")
+        steps.add(n)
+    if len(steps) > 1:
+        raise XyzError(f"{where}: step={info['step']} and Timestep={info[LAMMPS_KEY]} differ")
+    return steps.pop() if steps else None
+
+
+def _check_lammps_temperature(vel, masses, symbols, info: dict[str, str], where: str) -> None:
+    """A LAMMPS dump's Temperature= against its velocities read in A/ps (module docstring);
+    nothing to check without the key or where a symbol is no element and no masses are given."""
+    if "temperature" not in info or len(symbols) < 2:
+        return
+    try:
+        said = float(info["temperature"])
+    except ValueError:
+        return  # not a number: nothing that says the unit
+    if masses is None:
+        table = {s: ase_mass_amu(s) for s in set(symbols)}
+        if any(m is None for m in table.values()):
+            return
+        masses = np.array([table[s] for s in symbols])
+    else:
+        masses = masses[:, 0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = kinetic(masses, vel)[1]
+    f = LAMMPS_TEMPERATURE_FACTOR
+    if said == got or (said > 0 and got > 0 and said / f <= got <= said * f):
+        return
+    raise XyzError(
+        f"{where}: a LAMMPS dump extxyz (Timestep=) whose Temperature={info['temperature']} K "
+        f"disagrees with its vel:R:3 read in A/ps, LAMMPS units metal ({got:.4g} K): was it "
+        "written under other units (units real: A/fs)? wse reads a LAMMPS dump's velocities "
+        "in units metal, as its EAM files"
+    )
 
 
 def _images(flags: np.ndarray | None, name: str, first_line: int) -> np.ndarray | None:

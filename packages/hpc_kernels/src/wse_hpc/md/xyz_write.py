@@ -16,7 +16,8 @@ ASE's standard ones), so `ase.io.read(f).get_velocities()` is the velocities / (
 A structure whose symbols are no elements and that has no masses keeps `velocities:R:3`
 (A/ps), which `xyz.read_xyz` reads as before. A structure's `info` (the Nosé–Hoover bath)
 goes on its comment line, each value as `repr` prints it (read back to the bit); a chain's
-values (a sequence) quoted together, `nose_hoover_xi="x0 x1 x2"`. A structure's image flags
+values (a sequence) quoted together, `nose_hoover_xi="x0 x1 x2"`; its step
+(`Structure.step`) as `step=N`, unless `info` gives one. A structure's image flags
 (`Structure.images`, LAMMPS's ix iy iz) are the column `map_shift:I:3`, last: the unwrapped
 position is pos + map_shift x the box side (OVITO's Periodic Image; hunt 76: frames held
 wrapped positions alone, and no displacement could be computed from them).
@@ -97,6 +98,8 @@ def _comment(s: Structure, names: list[str], info: dict[str, object]) -> str:
     if s.energies_eV is not None:
         parts.append(f"energy={float(np.sum(s.energies_eV)):.12g}")
     parts += [f"{k}={_info_value(v)}" for k, v in s.info.items()]
+    if s.step is not None and "step" not in info:  # a run's frame: `info` names it too
+        parts.append(f"step={int(s.step)}")
     parts += [f"{k}={v}" for k, v in info.items()]
     parts.append('pbc="T T T"')
     return " ".join(parts)
