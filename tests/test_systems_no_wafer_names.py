@@ -5,7 +5,7 @@ split at "+", `spec_name == ...`, a system looked up by a wafer's name) and call
 `preset("...")` / `assumed_spec("...")` with a wafer's name, except where a published case
 names its machine: the experiments (`studies/`) and demo parts (`demo/`, `demo.py`), each
 the edge of its own scenario, and the calibration set's 8B decode case on WSE-3
-(`wse_systems.token.decode_case`). Test support modules (`testing.py`) are tests. Model
+(`wse_systems.published.check_case`). Test support modules (`testing.py`) are tests. Model
 presets (`wse_models.PRESETS[name]`) are not wafers. The oracle is the source text itself;
 `test_the_grep_sees_each_pattern` holds the patterns to hand-written lines."""
 
@@ -26,7 +26,7 @@ PATTERNS = {
 }
 # (path suffix, pattern name, why it may)
 ALLOWED = [
-    ("/wse_systems/token.py", "wafer named", "the calibration set's 8B case on WSE-3"),
+    ("/wse_systems/published.py", "wafer named", "the calibration set's 8B case on WSE-3"),
 ]
 
 

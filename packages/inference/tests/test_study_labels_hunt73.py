@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from wse_core.cost.assumptions import assumed_spec
 from wse_inference.decoding import GenerationResult
-from wse_inference.pipeline.perf import predict_model
 from wse_inference.studies import hotchips24_inference as hc
 from wse_inference.studies import leviathan23_speculative as lev
 
@@ -87,8 +86,7 @@ def test_hotchips_head_and_io_cycles_are_the_token_s_part_outside_the_layers():
         token_cycles = spec.clock_hz / row.value  # the row's cycles: the clock over tokens/s
         assert sum(row.mechanisms.values()) == pytest.approx(token_cycles, rel=1e-9)
         assert head < 0.05 * token_cycles  # a sliver of the token, not the token
-        report, _ = predict_model(preset, spec=spec, num_wafers=wafers, context_len=hc.CONTEXT,
-                                  kv_tokens=hc.KV_TOKENS, token_out=token_out)  # fmt: skip
+        report, _ = hc.case_token(preset, wafers, token_out)  # the row's own pricer
         parts = {c.name: c.seconds * spec.clock_hz
                  for c in report.predicted.leaf("per_token").children}  # fmt: skip
         named = {"lm_head", "argmax", "embed", *(["token_out"] if token_out else [])}

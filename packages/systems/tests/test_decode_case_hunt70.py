@@ -7,13 +7,13 @@ oracle: the plain check priced from an empty cache."""
 from __future__ import annotations
 
 from wse_core.cost.assumptions import assume
-from wse_systems import token
+from wse_systems import published
 
 
 def test_a_check_after_an_assumed_calibration_is_the_plain_check(monkeypatch):
-    monkeypatch.setattr(token, "_DECODE_CASES", {})
-    fresh = token.decode_check_row()["model"]
-    monkeypatch.setattr(token, "_DECODE_CASES", {})  # the assumed plan chosen first
+    monkeypatch.setattr(published, "_CASES", {})
+    fresh = published.decode_check_row()["model"]
+    monkeypatch.setattr(published, "_CASES", {})  # the assumed plan chosen first
     with assume(**{"calibration.clock_hz": 1e9}):
-        token.decode_check_row()
-    assert token.decode_check_row()["model"] == fresh
+        published.decode_check_row()
+    assert published.decode_check_row()["model"] == fresh

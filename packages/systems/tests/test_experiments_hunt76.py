@@ -2,8 +2,8 @@
 
 - `--sweep attention.exp_fmacs` (4, 6, 12) printed the 8B check at 3041.5 tokens/s at every
   value (2928.1 at every value given 12,6,4), where `--assume attention.exp_fmacs=4|6|12` gave
-  3041.5 / 3012.3 / 2928.1: `token._DECODE_CASES` kept the phases by the spec and the
-  calibration alone, and the exponential's cost is baked into them.
+  3041.5 / 3012.3 / 2928.1: `token._DECODE_CASES` (now `published._CASES`) kept the phases
+  by the spec and the calibration alone, and the exponential's cost is baked into them.
 - each row listed the whole run's reads: Table II's grids at 850 MHz listed clock_hz
   "8.5e+08, 1.1e+09" (the WSE-3's too), every leave-one-out refit's fitted values, and
   system_latency_s and attention.exp_fmacs, which cannot move them.
@@ -20,7 +20,7 @@ from wse_core.cost.calibration import current
 from wse_core.cost.listing import listed
 from wse_core.cost.reads import recording
 from wse_core.studies.sweeps import sweep
-from wse_systems import token
+from wse_systems import published
 from wse_systems.studies import calibration_check as cc
 
 KEY = "attention.exp_fmacs"
@@ -28,9 +28,9 @@ KEY = "attention.exp_fmacs"
 
 def _fresh_tokens_per_s(monkeypatch, value: float) -> float:
     """The 8B check's tokens/s under `--assume attention.exp_fmacs=value`, nothing cached."""
-    monkeypatch.setattr(token, "_DECODE_CASES", {})
+    monkeypatch.setattr(published, "_CASES", {})
     with assume(**{KEY: value}):
-        return 1.0 / float(token.decode_check_row()["model"])
+        return 1.0 / float(published.decode_check_row()["model"])
 
 
 def _check_row(rows):
@@ -41,18 +41,18 @@ def _check_row(rows):
 def test_a_sweep_of_the_exponential_moves_the_8b_check_as_separate_runs(monkeypatch, values):
     alone = [_fresh_tokens_per_s(monkeypatch, v) for v in values]
     assert len(set(alone)) == 3  # the constant moves the check (3041.5 / 3012.3 / 2928.1)
-    monkeypatch.setattr(token, "_DECODE_CASES", {})
+    monkeypatch.setattr(published, "_CASES", {})
     swept = sweep(cc.run_predictions, KEY, values)
     line = next(vals for label, _, vals in swept.lines if label.startswith("tokens_per_s"))
     assert list(line) == pytest.approx(alone, rel=1e-12)
 
 
 def test_a_cached_decode_case_lists_what_a_fresh_one_reads(monkeypatch):
-    monkeypatch.setattr(token, "_DECODE_CASES", {})
+    monkeypatch.setattr(published, "_CASES", {})
     with recording() as cold:
-        token.decode_case()
+        published.decode_case()
     with recording() as warm:  # a hit: what the build read is read again
-        token.decode_case()
+        published.decode_case()
     assert cold.values == warm.values and cold.moving == warm.moving
     assert KEY in warm.values
 

@@ -137,6 +137,6 @@ def test_the_tokens_trip_to_the_host_by_hand():
     grown = model.evaluate(out).seconds - model.evaluate(plain).seconds
     assert grown == pytest.approx(hand, rel=1e-9)
     # the calibration case as published: the measuring workload's cache, the trip paid
-    from wse_systems.token import PUBLISHED_SETUP
+    from wse_systems.published import PUBLISHED_SETUP
 
     assert PUBLISHED_SETUP["kv_tokens"] == 1000 + 1000 // 2 and PUBLISHED_SETUP["token_out"]

@@ -19,9 +19,15 @@ assumption of every prediction): "sdk" is the form above; "meshgemv" is WaferLLM
 (`wse_systems.meshgemv`): each product's input already replicated along its reduce axis,
 one FMAC per input element, a two-level allreduce along that axis leaving the output
 replicated for the next product, which reduces along the other axis (qkv and up_gate along
-the columns, o_proj and down along the rows, the head along the columns). Nothing moves
-between products; the residual is flooded down a region once as it enters it (`x_in` of the
-stage) and, held on every row after `down`, leaves from the region's bottom row. The
+the columns, o_proj and down along the rows, the head along the columns). No data moves
+between products; the routes do: each layer pays WaferLLM's 6 reconfigurations of its
+allreduce's 5 colours (`wse_systems.meshgemv.route_resets`, an assumed cost a colour,
+`meshgemv.route_reset_cycles`); a prompt block pays them once a layer, as the decode
+program's MeshGEMVs streamed k times would (WaferLLM's MeshGEMM prefill, Prefill/WSE-2 at
+the same commit, resets none; a block whose products all run as MeshGEMMs is not told apart:
+at the assumed 10 cycles a colour, 300 cycles a layer a block). The residual is flooded
+down a region once as it enters it (`x_in` of the stage) and, held on every row after
+`down`, leaves from the region's bottom row. The
 attention is priced as in the "sdk" form (`wse_systems.attention`) under both. Under
 "meshgemv", `block_tokens` k > 1 gives each product as WaferLLM's prefill runs it, one
 MeshGEMM of the k tokens (`wse_systems.meshgemm`): one of a prompt block's two programs;
@@ -61,7 +67,7 @@ from wse_core.hw.sram import Region
 from wse_systems.attention import EXP_FMACS, EXP_KEY, attention_phases, exp_fmacs, value_dtype
 from wse_systems.matvec import matvec_phases, matvec_work, perf_rates
 from wse_systems.meshgemm import meshgemm_phases
-from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases
+from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases, route_resets
 from wse_systems.pipeline import check_gemv, to_edge
 from wse_systems.transformer import DecoderShape, layer_products, mlp_zeros_problem
 
@@ -82,7 +88,9 @@ DECODER_ASSUMPTIONS = {
     "attention layout": "KV dimensions over the region's columns, tokens over its rows "
     "(wse_systems.attention): q and the new K/V flooded down the columns, scores summed "
     "across a KV head's columns, softmax sums and p.v reduced down the columns",
-    "kv_tokens": "the attention reads half the context unless stated",
+    "kv_tokens": "the attention reads the filled cache, half the context unless stated, not "
+    "the whole allocated buffer (WaferLLM's decode computes over its buffer: swept beside the "
+    "8B check, wse_systems.published.check_sweeps)",
     "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
     "still cross the fabric; a stage's layers share its mean zero fraction",
 }
@@ -142,6 +150,10 @@ def layer_phases(
             region, n_in, n_out, bytes_per_value=b, input_density=density, spec=spec, name=name
         )
 
+    # WaferLLM's decode rewrites its allreduce routes 6 times a layer (`meshgemv.route_resets`;
+    # the SDK dataflow keeps its routes). A block's tree holds the same leaf: the serving
+    # blocks walk it beside the token's, whose resets a block pays once (module docstring)
+    resets = [Phase("route_resets", route_resets())] if gemv == "meshgemv" else []
     return serial(
         dataclasses.replace(_norm(region, d, dt, spec), name="norm_attn"),
         mv("qkv"),
@@ -153,6 +165,7 @@ def layer_phases(
         Phase("activation", act),
         mv("down", 1 - mlp_zero_fraction),
         Phase("residual_mlp", residual),
+        *resets,
         name="layer",
     )
 
@@ -185,7 +198,7 @@ def token_out_work(plan: Any) -> Work:
     region to its wafer's nearest edge (`wse_systems.pipeline.to_edge`, fabric hops), its id
     (`TOKEN_ID_BYTES`) at the system's I/O rate and one pass to the host
     (`system_latency_s`). On the critical path only when the wafer's I/O waits on compute
-    (Cerebras' first inference release; `wse_systems.token.PUBLISHED_SETUP`)."""
+    (Cerebras' first inference release; `wse_systems.published.PUBLISHED_SETUP`)."""
     return Work(
         host_io_bytes=TOKEN_ID_BYTES,
         system_hops=1.0,

@@ -33,6 +33,22 @@ across it, each PE holds Kt = ceil(n_in / a) inputs and Nt = ceil(n_out / b) out
   (max(root, a - 1 - root) hops), one relay. (meshgemv.csl sends up then down, two `@fmovh`:
   the decode's one multicast is what decode runs.)
 
+Between products that reduce along different axes the decode rewrites its allreduce's routes
+(`route_resets`): `decode_struct` calls `reconfig_allreduce_axis` `RECONFIGS_PER_LAYER` = 6
+times a layer (Decode/WSE-3/src/decode.csl, lines 774-811 at `SOURCE`'s commit), each a
+`color_config.reset_routes` on each of the allreduce's `COLOURS_PER_RECONFIG` = 5 colours (two
+first-phase, two second-phase, the broadcast: Decode/WSE-3/src/comm_lib/comm_pe.csl, lines
+989-1007). A reset is the PE's own write of one colour's routes into its router's
+configuration, from its program, with nothing sent: not the stencil's router switch
+(`router_switch_cycles`, fitted on Table II: a switch position advanced by a control wavelet
+along a chain of senders, its fit holding the stencil step's unnamed per-block idle cycles).
+No figure is published for it, so its cost is an assumption (`ROUTE_RESET`,
+`--assume meshgemv.route_reset_cycles=N`), listed with every prediction it moves; the
+decode's layer pays it once per reconfiguration on its critical path (`wse_systems.decoder`),
+as `Work.fixed_cycles` (no `Work` counter prices a route reset). WaferLLM's WSE-2 decode
+(Decode/WSE-2/src/decode.csl at the same commit) reconfigures nothing, and the SDK gemv
+dataflow (`gemv="sdk"`) runs every product's collectives on the same axes, so it pays none.
+
 `groups`: WaferLLM's `group_num` is a compile-time parameter (its decode configs use 15-32
 for 240-720 PEs per side, e.g. 18 for 360, `Decode/WSE-3/model_config`); here, unless given,
 the divisor of `a` whose allreduce prices fastest at the spec's constants (`best_groups`),
@@ -46,6 +62,8 @@ from __future__ import annotations
 
 import math
 
+from wse_core.cost.assumptions import register_system_constant, system_constant
+from wse_core.cost.mechanisms import Constant
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.divisors import divisors
 from wse_core.hw.spec import WaferSpec
@@ -57,9 +75,16 @@ __all__ = [
     "SOURCE",
     "REDUCE_AXES",
     "DECODE_AXES",
+    "RECONFIGS_PER_LAYER",
+    "COLOURS_PER_RECONFIG",
+    "ROUTE_RESET",
+    "ROUTE_RESET_CYCLES",
+    "ROUTE_RESET_KEY",
     "best_groups",
     "meshgemv_parts",
     "meshgemv_phases",
+    "route_reset_cycles",
+    "route_resets",
 ]
 
 # The code read for the counts above (He et al., OSDI 2025; references/calibration-rows.md lists
@@ -87,6 +112,40 @@ DECODE_AXES = {
     "down": "rows",
     "lm_head": "cols",
 }
+
+
+# The decode's route resets (module contract): reconfigurations a layer and colours each.
+RECONFIGS_PER_LAYER = 6  # decode.csl `decode_struct`, lines 774-811 (2cd13b5)
+COLOURS_PER_RECONFIG = 5  # comm_pe.csl `reconfig_allreduce_axis`, lines 989-1007 (2cd13b5)
+ROUTE_RESET_CYCLES = 10.0  # cycles a colour's route reset costs where no --assume changes it
+ROUTE_RESET = Constant(
+    units="cycles/colour",
+    mechanism="a PE's rewrite of one colour's routes in its own router between collectives "
+    "along different axes (`tile_config.color_config.reset_routes`), on the program's path",
+    basis="assumed",
+    source="no figure published (WaferLLM publishes no cycle counts; the SDK documents no "
+    "cost for a route reset). 10: a handful of scalar steps (the call, the comptime route "
+    "word loaded and stored to the router's configuration); 2: one store and its issue; 302: "
+    "the stencil's fitted router switch (router_switch_cycles, another mechanism whose fit "
+    "holds the stencil's unnamed per-block idle cycles), a ceiling for a reset that waits on "
+    "the fabric to drain",
+    sweep=(2.0, 10.0, 100.0, 302.0),
+    limits=(0.0, 100_000.0),
+)
+ROUTE_RESET_KEY = "meshgemv.route_reset_cycles"  # `--assume meshgemv.route_reset_cycles=N`
+register_system_constant(ROUTE_RESET_KEY, ROUTE_RESET, value=ROUTE_RESET_CYCLES)
+
+
+def route_reset_cycles() -> float:
+    """Cycles a colour's route reset costs: `ROUTE_RESET_CYCLES`, or `--assume
+    meshgemv.route_reset_cycles=N` (noted as read: `wse_core.cost.reads`)."""
+    return system_constant(ROUTE_RESET_KEY)
+
+
+def route_resets(reconfigs: float = RECONFIGS_PER_LAYER) -> Work:
+    """`reconfigs` reconfigurations of the allreduce's routes (a layer's by default), each
+    `COLOURS_PER_RECONFIG` colours reset at `route_reset_cycles()` each, on the PE's path."""
+    return Work(fixed_cycles=reconfigs * COLOURS_PER_RECONFIG * route_reset_cycles())
 
 
 def _chain(p: int) -> tuple[int, int]:

@@ -25,8 +25,9 @@ wafer's, `kept_plan` carries a choice to more users where it stays the choice).
 the faster plan (its `layout` says which, its head's rows how the wafer is split) with both
 times; a caller with the layout fixed calls `fastest_plan` with the same `token_seconds_fn`.
 
-`PUBLISHED_SETUP` is what the published 8B figure measures and on what setup (sources
-beside each value); `decode_case` prices that setup.
+The published setup and the calibration set's 8B check (`PUBLISHED_SETUP`, `decode_case`,
+`decode_check_row`) are `wse_systems.published`'s: the check prices the plan `wse plan infer`
+serves it on, whose search (stage counts too) lives above this module.
 
 `token_report(...)` builds the per-token report of any phase tree on a plan (the
 speculative round of `wse_inference.pipeline.perf` uses it with its own phases).
@@ -54,7 +55,6 @@ from wse_systems.pipeline import (
     once_per_plan,
     plan_pipeline,
 )
-from wse_systems.transformer import LLAMA31_8B
 
 __all__ = [
     "GRID_STEP",
@@ -68,45 +68,9 @@ __all__ = [
     "placement_plans",
     "token_seconds_fn",
     "decode_assumptions",
-    "decode_case",
-    "decode_check_row",
-    "PUBLISHED_SETUP",
     "price_token",
     "token_report",
 ]
-
-
-# The published 8B figure (shared/REFERENCES.md: 1,800 tokens/s, Hot Chips 2024) and what it
-# measures. Cerebras' launch post (cerebras.ai/blog/introducing-cerebras-inference-ai-at-
-# instant-speed, 2024-08-27): 1,800 tokens/s for Llama3.1 8B, "native 16-bit weights";
-# Cerebras' quality post (cerebras.ai/blog/llama3.1-model-quality-evaluation-...): "1800+
-# tokens per second ... as benchmarked by Artificial Analysis"; The Register on Hot Chips
-# 2024: 8B "at 16-bit precision", 70B "distributed across four of its CS-3" (one wafer holds
-# 8B: "20B models fit on a single CS-3", Cerebras as quoted at sbhn.g1b.me/item/47001147;
-# the 8B row names no more systems). Artificial Analysis' output speed: tokens per
-# second received after the first chunk, one prompt at a time through the public API,
-# median over 72 h; its 1k workload is ~1,000 input and ~1,000 output tokens, "default
-# benchmark on our website" (artificialanalysis.ai/methodology/performance-benchmarking; the
-# page is undated; its 100-token workload, ~100 in / ~300 out, reads 250 tokens on average).
-# The service's context: 8,192 tokens (freemodels.net/providers/cerebras/llama3_1-8b_free,
-# the API's model card). Cerebras' release of 2024-10-24 (quoted at
-# news.ycombinator.com/item?id=41942822): "Wafer IO has been streamlined to run
-# asynchronously from compute": in the measured (August) release the wafer's I/O waited on
-# compute, so each token's trip to the host is on the step's path (`token_out`).
-AA_INPUT_TOKENS = 1000  # Artificial Analysis 1k workload, input (tokens)
-AA_OUTPUT_TOKENS = 1000  # its output (tokens); a decode step reads input + output / 2 on average
-PUBLISHED_SETUP = {
-    "wafer": "wse3",  # WSE-3 (CS-3), as the calibration set names it
-    "wafers": 1,
-    "bytes_per_param": 2,
-    "context_len": 8192,
-    "kv_tokens": AA_INPUT_TOKENS + AA_OUTPUT_TOKENS // 2,
-    "token_out": True,
-    "users": 1,  # one prompt at a time; per-user tokens/s
-    # Cerebras' kernels are not public; the model prices the SDK gemv dataflow. WaferLLM's
-    # MeshGEMV ("meshgemv") is a published program, not the measured software: shown beside.
-    "gemv": "sdk",
-}
 
 
 def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, str]:
@@ -115,7 +79,9 @@ def decode_assumptions(plan: PipelinePlan, kv_tokens: int | None) -> dict[str, s
     kv = plan.context_len // 2 if kv_tokens is None else kv_tokens
     return {
         **DECODER_ASSUMPTIONS,
-        "kv_tokens": f"the attention reads {kv} cached tokens (context {plan.context_len})",
+        "kv_tokens": f"the attention reads {kv} cached tokens, the filled ones (context "
+        f"{plan.context_len}; the alternative, the whole allocated buffer as WaferLLM's decode "
+        "computes over it, is swept beside the 8B check: wse_systems.published.check_sweeps)",
         "batch": "batch 1: one region works at a time, so the regions' times add",
         "between wafers": (
             f"{plan.wafer_crossings} pass(es) per token (each wafer boundary and the way back to "
@@ -397,53 +363,3 @@ def choose_layout(
         raise error
     times = {k: seconds(p) for k, p in plans.items()}
     return plans[min(times, key=lambda k: (times[k], LAYOUTS.index(k)))], times
-
-
-def decode_case() -> tuple[WaferSpec, Phases]:
-    """The calibration set's 8B case as published (`PUBLISHED_SETUP`): Llama 3.1 8B, 16-bit, on
-    one WSE-3 under the active assumptions (8k context, the faster layout), one decode token
-    reading the measured workload's cache, with its trip to the host (`decode_check_row`)."""
-    from wse_core.cost.assumptions import active, assumed_spec
-    from wse_core.cost.calibration import current
-    from wse_core.cost.reads import read
-
-    spec = assumed_spec(str(PUBLISHED_SETUP["wafer"]))
-    # by every assumption in force and the calibration (hunt 70: a calibration clock's plan, hunt
-    # 76: one exp_fmacs' phases were kept for others); a hit reads again what the build read
-    key = (spec.key(), tuple(sorted(active().items())), tuple(sorted(current().values.items())))
-    if key not in _DECODE_CASES:
-        with recording() as got:
-            _DECODE_CASES[key] = (_decode_phases(spec), got)
-    else:
-        got = _DECODE_CASES[key][1]
-        for name, v in ((k, v) for k, vs in got.values.items() for v in vs):
-            read(name, v, name in got.moving)
-    return spec, _DECODE_CASES[key][0]
-
-
-def _decode_phases(spec: WaferSpec) -> Phases:
-    """The setup's token on `spec` in the faster layout, never the one nearer the figure."""
-    setup = PUBLISHED_SETUP
-    kv, out = int(setup["kv_tokens"]), bool(setup["token_out"])
-    plan, _ = choose_layout(
-        LLAMA31_8B, spec, kv_tokens=kv, token_out=out, num_wafers=setup["wafers"],
-        context_len=setup["context_len"], bytes_per_param=setup["bytes_per_param"],
-        regions=Regions(gemv=str(setup["gemv"])),
-    )  # fmt: skip
-    return decode_phases(LLAMA31_8B, plan, kv_tokens=kv, token_out=out)
-
-
-_DECODE_CASES: dict[tuple, tuple[Phases, Any]] = {}  # by spec, assumptions and calibration
-
-
-def decode_check_row(cal: Any = None) -> dict[str, object]:
-    """The calibration row of the 8B case (`wse_core.cost.calibration.row`): Hot Chips 2024's
-    1,800 tokens/s against the model under `cal` (default: the calibration in force)."""
-    from wse_core.cost.calibration import DECODE_8B_TOKENS_PER_S, current, row
-
-    spec, phases = decode_case()
-    timing = PerfModel(spec, cal or current()).evaluate(phases)
-    published = 1 / DECODE_8B_TOKENS_PER_S
-    return row(
-        "llama3.1-8b wse3 x1", "seconds/token", published, timing.seconds, "check", timing.bound
-    )

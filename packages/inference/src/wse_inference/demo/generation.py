@@ -4,10 +4,11 @@ Uses `<out>/train/model_dir` (written by the training part that runs first); wit
 saves a tiny random model with `wse_models.save_pretrained` and uses that. Shows the wafer
 plan, the pipelined engine's text equal to the plain decoder's, speculative generation with a
 first-layer draft (greedy: the same text; acceptance statistics), and the calibration set's
-8B check on one WSE-3 priced on its published setup (`wse_systems.token.decode_check_row`)
+8B check on one WSE-3 priced on its published setup (`wse_systems.published.decode_check_row`)
 beside the 70B on 4 WSE-3s priced on the same setup, the `hotchips24-inference` experiment's
-row (`decode_70b`; hunt 71: priced on `predict_model`'s defaults, 8k context, 4,096 cached
-tokens and no trip to the host, unnamed on the line: 694 tokens/s beside the row's 741).
+row (`decode_70b`: its `case_token`, on the plan `wse plan infer` serves it on; hunt 71:
+priced on `predict_model`'s defaults, 8k context, 4,096 cached tokens and no trip to the
+host, unnamed on the line: 694 tokens/s beside the row's 741).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def part(console, *, out_dir: Path, quick: bool) -> None:
 
 def decode_line(spec) -> str:
     """The 8B calibration check and the 70B beside it, both on the published setup."""
-    from wse_systems.token import decode_check_row
+    from wse_systems.published import decode_check_row
 
     from wse_inference.pipeline.perf import tokens_per_s
 
@@ -101,14 +102,16 @@ def decode_70b(spec):
     """(report, plan, the setup in words) of Llama 3.1 70B's batch-1 decode token on `spec`,
     priced as the `hotchips24-inference` experiment prices its row: the same case, context,
     cache, trip to the host and GEMV program, the 8B check's published setup."""
-    from wse_inference.pipeline.perf import predict_model
-    from wse_inference.studies.hotchips24_inference import CASES, CONTEXT, GEMV, KV_TOKENS
+    from wse_inference.studies.hotchips24_inference import (
+        CASES,
+        CONTEXT,
+        GEMV,
+        KV_TOKENS,
+        case_token,
+    )
 
     _, preset_name, wafers, token_out = next(c for c in CASES if c[0] == "llama3.1-70b")
-    report, plan = predict_model(
-        preset_name, spec=spec, num_wafers=wafers, context_len=CONTEXT, kv_tokens=KV_TOKENS,
-        token_out=token_out, gemv=GEMV,
-    )  # fmt: skip
+    report, plan = case_token(preset_name, wafers, token_out, spec=spec)
     trip = "the token's trip to the host" if token_out else "no trip to the host"
     setup = (f"{CONTEXT:,}-token context, {KV_TOKENS:,} cached tokens read per token, {trip}, "
              f"{GEMV} GEMVs, 16-bit weights")  # fmt: skip

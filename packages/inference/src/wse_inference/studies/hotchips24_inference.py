@@ -1,8 +1,10 @@
 """Experiment `hotchips24-inference`: predicted batch-1 decode tokens/s, the published rows.
 
-Predicted (`wse_inference.pipeline.perf`: each model planned by `wse_systems.pipeline`, one
-region per layer, 16-bit weights, KV cache for an 8k context, priced mechanism by mechanism
-by `wse_systems.decoder`), row for row, each with its cycles per token by mechanism and
+Predicted (`wse_systems.published.served_token`: each model on the plan `wse plan infer
+--users 1` serves it on for the measuring workload, its search over both layouts, the stage
+counts and the placements; 16-bit weights, KV cache for an 8k context, priced mechanism by
+mechanism by `wse_systems.decoder`; hunt decode41: one region per layer was priced, 32 stages
+for 8B where the planner takes 16), row for row, each with its cycles per token by mechanism and
 `params["head_and_io_cycles"]`: the part of those cycles outside the layers (the head's
 product, the argmax, the next token's embedding and its trip to the host where paid; hunt
 73: named `per_token_cycles`, it read as the whole token's, 8,185 of 8B's ~365k cycles):
@@ -10,20 +12,24 @@ product, the argmax, the next token's embedding and its trip to the host where p
 - Llama 3.1 8B on one WSE-3: a calibration-set row (`params["calibration"]` is True) used
   as a check: its published 1,800 tokens/s (Cerebras, Hot Chips 2024;
   references/calibration-rows.md) fits nothing; the ratio shows how far mechanisms alone land.
+  Beside it (`params["swept ..."]`, `wse_systems.published.check_sweeps`): the check at each
+  value of the assumptions that move it and that no row identifies (the clock, the cache the
+  attention reads, the trip to the host's latency, the users in flight).
 - Llama 3.1 70B on 4 CS-3 and 405B on the fewest WSE-3 that hold it (`params["wafers"]`
   says how many): true predictions. REFERENCES.md lists only their inputs, so `published`
   is None there.
 
 Each row reads the cache of the workload that measured the published figures (Artificial
-Analysis' 1k workload: `wse_systems.token.PUBLISHED_SETUP["kv_tokens"]` cached tokens on
+Analysis' 1k workload: `wse_systems.published.PUBLISHED_SETUP["kv_tokens"]` cached tokens on
 average); the 8B and 70B rows (the August 2024 release, whose wafer I/O waited on compute)
 pay the token's trip to the host per token, the 405B row (November 2024, after the release
 that made the wafer's I/O asynchronous) does not (`PUBLISHED_SETUP`'s sources).
 
 Each GEMV is priced as the SDK gemv dataflow (`PUBLISHED_SETUP["gemv"]`, the row's value:
 Cerebras' kernels are not public); WaferLLM's MeshGEMV (`gemv="meshgemv"`,
-`wse_systems.meshgemv`) is priced beside it on the same plan inputs
-(`plans[i]["meshgemv_tokens_per_s"]`), a stated alternative, never the row's value.
+`wse_systems.meshgemv`) is priced beside it on the plan `wse plan infer --gemv meshgemv`
+serves it on (`plans[i]["meshgemv_tokens_per_s"]`), a stated alternative, never the row's
+value, with its route resets' assumed cost swept (`plans[i]["meshgemv_route_resets"]`).
 
 Measured: the plans (regions per wafer, bytes per PE), the predicted phases' bound and the
 time between wafers, and, on the emulator, a tiny model's pipelined decode (greedy) agreeing
@@ -37,15 +43,16 @@ import time
 
 from wse_core.cost.assumptions import assumed_spec
 from wse_core.studies.experiment import ExperimentResult, PredictionRow
+from wse_models import preset_config
 from wse_systems.decoder import PER_TOKEN
-from wse_systems.token import PUBLISHED_SETUP
+from wse_systems.published import PUBLISHED_SETUP, check_sweeps, served_token, sweep_params
 
-from wse_inference.pipeline.perf import CALIBRATION_TOKENS_PER_S, predict_model, tokens_per_s
+from wse_inference.pipeline.perf import CALIBRATION_TOKENS_PER_S, tokens_per_s
 
-__all__ = ["run", "run_predictions", "CASES"]
+__all__ = ["run", "run_predictions", "case_token", "CASES"]
 
 SOURCE = "Cerebras, Hot Chips 2024"
-CONTEXT = 8192
+CONTEXT = int(PUBLISHED_SETUP["context_len"])  # the API's context (tokens)
 KV_TOKENS = int(PUBLISHED_SETUP["kv_tokens"])  # the measuring workload's mean cache
 # (published model name, wse_models preset, wafers: a number, or None for the fewest,
 # the token's trip to the host on the step's path: the release the figure was measured on)
@@ -63,15 +70,8 @@ GEMV = str(PUBLISHED_SETUP["gemv"])  # the program each row's value prices its G
 def _predictions() -> tuple[list[PredictionRow], list[dict]]:
     rows, plans = [], []
     for name, model_name, wafers, token_out in CASES:
-        kwargs = dict(
-            spec=assumed_spec("wse3"),
-            num_wafers=wafers,
-            context_len=CONTEXT,
-            kv_tokens=KV_TOKENS,
-            token_out=token_out,
-        )
-        report, plan = predict_model(model_name, gemv=GEMV, **kwargs)
-        mesh, mesh_plan = predict_model(model_name, gemv="meshgemv", **kwargs)
+        report, plan = case_token(model_name, wafers, token_out)
+        mesh, mesh_plan = case_token(model_name, wafers, token_out, gemv="meshgemv")
         calibration = name == CALIBRATION_CASE
         published = CALIBRATION_TOKENS_PER_S if calibration else None
         params = {
@@ -91,6 +91,7 @@ def _predictions() -> tuple[list[PredictionRow], list[dict]]:
         # region): lm_head, argmax, the next embedding and, where paid, the trip out
         head = report.predicted.leaf(PER_TOKEN).seconds * plan.spec.clock_hz
         params |= {"per": "token", "head_and_io_cycles": head}
+        params |= sweep_params(check_sweeps()) if calibration else {}
         source = f"{SOURCE} (calibration set, check)" if published else None
         rows.append(
             PredictionRow("tokens_per_s", rate, "tokens/s", params, published, source, mech)
@@ -105,6 +106,8 @@ def _predictions() -> tuple[list[PredictionRow], list[dict]]:
                 "layout": plan.layout,
                 "meshgemv_tokens_per_s": tokens_per_s(mesh),
                 "meshgemv_layout": mesh_plan.layout,
+                "meshgemv_stages": mesh_plan.num_stages,
+                "meshgemv_route_resets": _resets_swept(model_name, mesh_plan, token_out),
                 "ms_per_token": report.predicted_s * 1e3,
                 "bound": report.bound,
                 "critical_phase": report.predicted.critical().name,
@@ -114,6 +117,38 @@ def _predictions() -> tuple[list[PredictionRow], list[dict]]:
             }
         )
     return rows, plans
+
+
+def _resets_swept(model_name: str, plan, token_out: bool) -> str:
+    """The MeshGEMV figure on `plan` at each value of its route resets' assumed cost
+    (`wse_systems.meshgemv.ROUTE_RESET`'s sweep; hunt decode41), the one priced marked."""
+    from wse_core.cost.assumptions import assume, system_constant
+    from wse_core.cost.reads import recording
+    from wse_systems.meshgemv import ROUTE_RESET, ROUTE_RESET_KEY
+    from wse_systems.token import price_token
+
+    config, out = preset_config(model_name), []
+    with recording(isolated=True):  # the values swept are no values the row read
+        priced = system_constant(ROUTE_RESET_KEY)
+        for cycles in ROUTE_RESET.sweep:
+            with assume(**{ROUTE_RESET_KEY: cycles}):
+                report = price_token(config, plan, kv_tokens=KV_TOKENS, token_out=token_out)
+            mark = " (priced)" if cycles == priced else ""
+            out.append(f"{cycles:g} cycles a colour{mark}: {tokens_per_s(report):,.0f}")
+    return "; ".join(out)
+
+
+def case_token(
+    model_name: str, wafers: int | None, token_out: bool, gemv: str = GEMV, spec=None
+):  # fmt: skip
+    """(report, plan) of one decode token of a row's case (`CASES`) on `spec` (default: WSE-3
+    under the assumptions in force): the plan `wse plan infer --users 1` serves it on for the
+    measuring workload (`wse_systems.published.served_token`), `KV_TOKENS` cached tokens
+    read, the trip to the host where the row's release paid it, each GEMV priced as `gemv`."""
+    config = preset_config(model_name)
+    spec = assumed_spec("wse3") if spec is None else spec
+    return served_token(config, spec, num_wafers=wafers, gemv=gemv, kv_tokens=KV_TOKENS,
+                        token_out=token_out)  # fmt: skip
 
 
 def _emulated(seed: int) -> dict:
@@ -169,15 +204,16 @@ def _figure(plans: list[dict]):
 
 
 def _stage_regions_figure():
-    """The 8B plan on one WSE-3, per PE: the head and the 32 stages' bands, their SRAM and
-    predicted busy cycles (each PE works only while the token is in its stage)."""
+    """The 8B check's plan on one WSE-3 (`wse_systems.published.check_case`: the planner's),
+    per PE: the head and the stages' regions, their SRAM and predicted busy cycles (each PE
+    works only while the token is in its stage), reading the workload's cache."""
     from wse_core.trace.png import trace_figure
-    from wse_systems.pipeline import plan_pipeline
+    from wse_systems.published import check_case
     from wse_systems.trace import pipeline_traces
     from wse_systems.transformer import LLAMA31_8B
 
-    plan = plan_pipeline(LLAMA31_8B, assumed_spec("wse3"), num_wafers=1, context_len=CONTEXT)
-    trace = pipeline_traces(LLAMA31_8B, plan)[0]
+    plan = check_case().plan
+    trace = pipeline_traces(LLAMA31_8B, plan, kv_tokens=KV_TOKENS)[0]
     return trace_figure(trace, title="Llama 3.1 8B on one WSE-3: stage regions, per PE")
 
 

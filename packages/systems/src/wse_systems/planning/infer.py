@@ -318,7 +318,7 @@ def _wafer_notes(ws: sv.WaferServing, point: sv.OperatingPoint) -> list[str]:
         "path: the wafer's I/O runs asynchronously from compute (Cerebras' release of "
         "2024-10-24); experiment hotchips24-inference prices it for its 8B and 70B rows, "
         "measured on the August 2024 release whose I/O waited on compute "
-        "(wse_systems.token.PUBLISHED_SETUP)",
+        "(wse_systems.published.PUBLISHED_SETUP)",
     ]
     if ws.units > 1:
         notes.append(

@@ -29,7 +29,7 @@ figure and its role):
   simulator: one fp32 element per cycle, the width `fp32_mul_width` prices); Rocki et al.
   (SC20): a wafer-wide allreduce "about 10% greater than the diameter" in cycles, on the
   CS-1 (`wse1` preset's fabric, a scalar); the Llama 3.1 8B decode at 1,800 tokens/s
-  (Hot Chips 2024), `systems.token.decode_check_row` (this module imports no LLM case).
+  (Hot Chips 2024), `wse_systems.published.decode_check_row` (this module imports no LLM case).
 
 The three fitted constants are solved together (Newton's method on the three rows: the busy
 share and the SUMMA row both weigh DSD overhead against task activations, so they are
@@ -347,7 +347,7 @@ def rows(
 ) -> list[dict[str, object]]:
     """Every calibration row priced here: published and model figures, their ratio, its role
     (which constant it fits, or "check") and the bound. The Llama 3.1 8B check row is
-    `wse_systems.token.decode_check_row` (an LLM case: pricing and the calibration do
+    `wse_systems.published.decode_check_row` (an LLM case: pricing and the calibration do
     not depend on it)."""
     cal = cal or current()
     pub = published or {}

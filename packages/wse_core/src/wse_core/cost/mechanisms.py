@@ -279,8 +279,11 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             mechanism="latency of one activation pass between two systems",
             basis="assumed",
             limits=(0.0, 1.0),
-            source="no public figure",
-            sweep=(0.5e-6, 2e-6, 10e-6),
+            source="no public figure; swept to 50 us (hunt decode41): a pass through a host "
+            "(a decode token's trip out and its id back, Cerebras' first inference release "
+            "waiting on it) runs the host's software too: an argmax over 128,256 fp32 logits "
+            "alone takes ~12 us on a CPU core, 128,256 x 2 B of logits 1.7 us at 150 GB/s",
+            sweep=(0.5e-6, 2e-6, 10e-6, 50e-6),
         ),
         "overlap": _C(
             units="0 or 1",
