@@ -13,7 +13,8 @@ the `StreamedTrainer` runs); a step that cannot run is a `WseError` here, at pla
   `chunk` tokens: a token's input is split over the columns and multicast down them ("S"),
   each PE runs one FMAC over the pass's tokens per weight it holds, and the partial sums are
   added along the rows ("E") (`gemm_work`). `chunk` is the most tokens whose inputs and
-  partial sums fit in the SRAM the plan leaves free plus its working-set allocation, so a
+  partial sums fit in the SRAM the plan leaves free for data (the PE's data budget, its
+  program's reserve aside, less the plan's allocations) plus its working-set allocation, so a
   plan that holds more activations runs shorter vectors.
 - **Precision** (`precision_of(model)`: the numerics `wse train` runs): fp32 compute -> fp32
   FMAC; bf16 compute -> "mixed" (`fmac_mixed`: bf16 operands, fp32 partial sums), whatever
@@ -219,9 +220,7 @@ def place_step(
         check_memoryx(plan)
         if plan.streaming is None:
             raise WseError(f"the step cannot be placed: {plan.streaming_error}")
-        free = int(plan.streaming.sram["bytes_per_pe"]) - int(
-            plan.streaming.sram["used_bytes_per_pe"]
-        )
+        free = _data_free(plan.streaming.sram)
         stride = plan.streaming.stride
     else:
         raise WseError(f"unknown placement {placement!r}; use 'streamed' or 'resident'")
@@ -239,6 +238,15 @@ def place_step(
         work.attention_pairs_per_row,
         plan.streaming.chunks if placement == "streamed" and plan.streaming.chunked else None,
     )
+
+
+def _data_free(sram: dict[str, Any]) -> int:
+    """Bytes a PE has free for data after the plan's allocations: its data budget (the
+    PE's SRAM less the program's reserve, `SramLedger.data_bytes_per_pe`) less what is in use.
+    Hunt 82 (jobs18 H2): the whole PE less the use counted the program's 2,048 B as free for
+    the token passes."""
+    data = int(sram["bytes_per_pe"]) - int(sram.get("reserved_bytes_per_pe", 0))
+    return data - int(sram["used_bytes_per_pe"])
 
 
 def _passes(kind: str, dtype: str, tokens: int, chunk: int, per_pass: int) -> tuple[Op, ...]:
