@@ -9,7 +9,16 @@ streaming. The layer's vectors (norm scales, biases) stream whole, as one small 
 
 - `whole(model)`: one chunk per matrix;
 - `forced(model, k)`: every matrix in k chunks (at most one column each);
-- `within(model, params)`: each matrix in the fewest chunks of at most `params` parameters.
+- `within(model, params)`: each matrix in the fewest chunks of at most `params` parameters;
+- `floor_params(model, pe_rows)`: the smallest chunk budget a planner considers (a chunk of
+  each matrix has at least one output column per PE row);
+- `choices(model, pe_rows)`: the ways a layer may stream that the run's search prices
+  (`wse_systems.training.stride`): whole layers, then every distinct `within(model, P)` for
+  P from the largest matrix down to `floor_params` (each matrix's chunk count changes only
+  at P = n_in * ceil(n_out / j), so those budgets reach them all), or, past
+  `CHOICES_EXHAUSTIVE` of them, those at budgets `CHOICE_LADDER` apart. The set depends on
+  the model's shapes and the PE rows only, never on the SRAM, so a wafer with less SRAM
+  for data places a subset of the same choices and its fastest is never faster.
 
 `wse_systems.training.plan.plan_activations` chooses among them from the SRAM ledger and records why
 (`reason`); the `StreamedTrainer` runs what it chose, and `wse_systems.training.performance` prices
@@ -26,7 +35,33 @@ from wse_core import WseError
 
 from wse_systems.transformer import layer_matrices
 
-__all__ = ["Matrix", "WeightChunks", "layer_shapes", "whole", "forced", "within"]
+__all__ = [
+    "Matrix",
+    "WeightChunks",
+    "layer_shapes",
+    "whole",
+    "forced",
+    "within",
+    "floor_params",
+    "choices",
+    "CHOICES_EXHAUSTIVE",
+    "CHOICE_LADDER",
+]
+
+# The chunkings the run's search prices (`choices`; each is one predicted step a stride a
+# micro-batch). CHOICES_EXHAUSTIVE (chunkings; a bound on the search's work, chosen so that
+# Llama 3 8B's 9, a model whose layer fits whole, are all priced): up to this many distinct
+# chunkings between the floor and a whole matrix are all priced, so the search is exact;
+# past it, CHOICE_LADDER (dimensionless ratio between budgets, from the largest matrix down
+# to the floor chunk). Hunt 82 (jobs18 H1), measured against pricing every distinct
+# chunking at every frontier stride (one micro-batch on one system, wse3 at its 2 KiB
+# program reserve): llama_1t (53 chunkings) 4 x 4,096 and 8 x 4,096, Llama 3.1 405B (42)
+# 2 x 8,192 and 4 x 8,192: a ladder of ratio 2 matched the exhaustive best on three and
+# was 0.84% slower on 1T's 8 x 4,096; ratio sqrt 2 (11 and 9 rungs) matched all four;
+# 2 ** 0.25 (17 and 14) was 0.72% slower on 1T's 8 x 4,096 (other budgets, not a
+# refinement of sqrt 2's): a ladder may miss the best by about 1%, never the monotony.
+CHOICES_EXHAUSTIVE = 16
+CHOICE_LADDER = 2**0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,3 +161,35 @@ def within(model: Any, params: int, reason: str = "") -> WeightChunks:
     mats, vectors = layer_shapes(model)
     counts = tuple(math.ceil(m.n_out / max(1, min(m.n_out, params // m.n_in))) for m in mats)
     return WeightChunks(matrices=mats, counts=counts, vector_params=vectors, reason=reason)
+
+
+def floor_params(model: Any, pe_rows: int) -> int:
+    """The smallest chunk budget a planner considers: a chunk of each matrix has at least
+    one output column per PE row (the widest-input matrix sets the size), so that every row
+    of the wafer works on every chunk."""
+    mats, _ = layer_shapes(model)
+    return max(m.n_in * min(m.n_out, pe_rows) for m in mats)
+
+
+def _distinct(model: Any, budgets: Any) -> list[WeightChunks]:
+    """`within(model, P)` for each budget, one per distinct cut, the largest budgets first."""
+    cuts: dict[tuple[int, ...], WeightChunks] = {}
+    for p in sorted(set(budgets), reverse=True):
+        ck = within(model, p)
+        cuts.setdefault(ck.counts, ck)
+    return list(cuts.values())
+
+
+def choices(model: Any, pe_rows: int) -> tuple[WeightChunks, ...]:
+    """Whole layers, then the column chunkings the search prices (module contract), the
+    largest chunks first."""
+    mats, _ = layer_shapes(model)
+    least, top = floor_params(model, pe_rows), max(m.params for m in mats)
+    budgets = {least, top}
+    for m, most in zip(mats, within(model, least).counts, strict=True):
+        budgets |= {m.n_in * math.ceil(m.n_out / j) for j in range(1, most + 1)}
+    cuts = _distinct(model, (p for p in budgets if least <= p <= top))
+    if len(cuts) > CHOICES_EXHAUSTIVE:
+        rungs = math.floor(math.log(top / least, CHOICE_LADDER)) + 1
+        cuts = _distinct(model, [least, *(int(top / CHOICE_LADDER**j) for j in range(rungs))])
+    return (whole(model), *cuts)

@@ -13,7 +13,12 @@
   (current, prefetched, gradient) replace the layer's; the activations come first (the
   smallest stride beside a floor chunk of one output column per PE row), the chunk takes
   the SRAM left (`WeightChunks.reason` says so). `chunks=k` forces k chunks per matrix.
-  Too little SRAM even for the floor chunk is a `SramBudgetError` from the ledger.
+  Too little SRAM even for the floor chunk is a `SramBudgetError` from the ledger. This
+  is the plan that shows what fits (`micro_batch.fits`, "auto"); the plan a run runs is the
+  fastest of every stride and weight streaming that places (`stride.run_plan`), each placed
+  by `place(model, spec, micro_batch, seq_len, stride, ck)` (`ck` whole layers or a cut of
+  `chunks.choices`); `bytes_needed(...)` is what such a placement asks of the ledger, for a
+  stride that does not fit.
 - `memory_plan(..., optimizer_slots=)` is the `--validate-only` table (`optimizer_slots`:
   the optimizer's fp32 values per parameter, `slots_of(config.optimizer)`; 2, Adam's, by
   default): weights, gradients, optimizer state and activations in total and per PE, for a
@@ -37,12 +42,14 @@ from wse_core import SramBudgetError, SramLedger, WaferSpec, WseError
 from wse_core.cost.reads import read
 from wse_core.hw.spec import dtype_bytes
 
-from wse_systems.training.chunks import WeightChunks, forced, layer_shapes, whole, within
+from wse_systems.training.chunks import WeightChunks, floor_params, forced, whole, within
 
 __all__ = [
     "ActivationPlan",
     "MemoryPlan",
     "plan_activations",
+    "place",
+    "bytes_needed",
     "memory_plan",
     "check_memoryx",
     "check_stride",
@@ -123,23 +130,37 @@ class _Replica:
     def per_pe(self, n: int) -> int:
         return -(-int(n) // self.spec.num_pes)
 
-    def weights(self, ck: WeightChunks | None) -> None:
-        """The streamed weights' buffers: a whole layer (current + prefetched, gradient) or
-        the largest chunk (current + prefetched, gradient) and the layer's vectors."""
-        a = self.ledger.allocate
+    def weight_items(self, ck: WeightChunks | None) -> list[tuple[str, int]]:
+        """The streamed weights' buffers, (allocation, bytes per PE): a whole layer (current
+        + prefetched, gradient) or the layer's vectors and the largest chunk (current +
+        prefetched, gradient)."""
         if ck is None or ck.whole:
             per_layer = int(self.model.layer_params())
-            a("weights: current + prefetched layer", self.per_pe(2 * per_layer * self.size))
-            a("gradient of one layer", self.per_pe(per_layer * self.size))
-        else:
-            chunk = self.per_pe(ck.largest_params * self.size)
-            a(
+            return [
+                ("weights: current + prefetched layer", self.per_pe(2 * per_layer * self.size)),
+                ("gradient of one layer", self.per_pe(per_layer * self.size)),
+            ]
+        chunk = self.per_pe(ck.largest_params * self.size)
+        return [
+            (
                 "layer vectors: current, prefetched, gradient",
                 self.per_pe(3 * ck.vector_params * self.size),
-            )
-            a("weights: current + prefetched chunk", 2 * chunk)
-            a("gradient of one chunk", chunk)
-        a("working set of one layer", self.working)
+            ),
+            ("weights: current + prefetched chunk", 2 * chunk),
+            ("gradient of one chunk", chunk),
+        ]
+
+    def weights(self, ck: WeightChunks | None) -> None:
+        """Allocate the streamed weights' buffers (`weight_items`) and the working set."""
+        for name, n in self.weight_items(ck):
+            self.ledger.allocate(name, n)
+        self.ledger.allocate("working set of one layer", self.working)
+
+    def needed(self, stride: int, ck: WeightChunks | None) -> int:
+        """Bytes per PE that `stride`'s held inputs, `ck`'s buffers and the working set ask
+        for together (what a plan that does not place would need)."""
+        held = inputs_held(self.L, min(stride, self.L))
+        return sum(n for _, n in self.weight_items(ck)) + self.working + held * self.act
 
     def stride(self, stride: int) -> int:
         """`stride`, or (0) the smallest whose held inputs fit; the cheapest if none fits
@@ -158,11 +179,8 @@ class _Replica:
 
 
 def _floor_chunk(model: Any, spec: WaferSpec) -> WeightChunks:
-    """The smallest chunking the planner considers: a chunk of each matrix has at least one
-    output column per PE row (the widest-input matrix sets the size), so that every row of
-    the wafer works on every chunk."""
-    mats, _ = layer_shapes(model)
-    return within(model, max(m.n_in * min(m.n_out, spec.pe_rows) for m in mats))
+    """The smallest chunking the planner considers (`chunks.floor_params`)."""
+    return within(model, floor_params(model, spec.pe_rows))
 
 
 def _auto_chunks(model: Any, spec: WaferSpec, mb: int, seq: int, stride: int) -> WeightChunks:
@@ -225,14 +243,51 @@ def _place(model, spec, micro_batch, seq_len, stride, ck) -> ActivationPlan:
     k = r.stride(stride)
     held = r.activations(k)
     if ck is None:
-        layer = r.per_pe(int(model.layer_params()) * r.size)
-        ck = whole(model, f"whole layers: a layer's weights (current + prefetched, {2 * layer} "
-                   f"B per PE) and its gradient ({layer} B) fit beside the working set and "
-                   f"{held} layer inputs (stride {k})")  # fmt: skip
+        ck = whole(model, _whole_reason(r, held, k))
     return ActivationPlan(
         stride=k, held_layers=held, activation_bytes_per_pe=r.act, sram=r.ledger.summary(),
         chunks=ck,
     )  # fmt: skip
+
+
+def _whole_reason(r: _Replica, held: int, k: int) -> str:
+    layer = r.per_pe(int(r.model.layer_params()) * r.size)
+    return (f"whole layers: a layer's weights (current + prefetched, {2 * layer} B per PE) "
+            f"and its gradient ({layer} B) fit beside the working set and {held} layer "
+            f"inputs (stride {k})")  # fmt: skip
+
+
+def place(
+    model: Any, spec: WaferSpec, micro_batch: int, seq_len: int, stride: int, ck: WeightChunks
+) -> ActivationPlan:
+    """The plan that keeps every `stride`-th layer input (>= 1) and streams the weights as
+    `ck` says (whole layers or column chunks: `chunks.choices`), its `reason` saying what
+    the buffers take; the ledger's `SramBudgetError` where they do not fit."""
+    r = _Replica(model, spec, micro_batch, seq_len)
+    r.weights(ck)
+    held = r.activations(stride)
+    if ck.whole:
+        why = _whole_reason(r, held, stride)
+    else:
+        layer = r.per_pe(int(model.layer_params()) * r.size)
+        chunk = r.per_pe(ck.largest_params * r.size)
+        why = (f"a whole layer needs {3 * layer} B per PE (current + prefetched weights, its "
+               f"gradient); each matrix is cut into column chunks of at most "
+               f"{ck.largest_params:,} parameters ({chunk} B per PE, three buffers: current, "
+               f"prefetched, gradient) beside the working set and {held} layer inputs (stride "
+               f"{stride})")  # fmt: skip
+    return ActivationPlan(
+        stride=stride, held_layers=held, activation_bytes_per_pe=r.act,
+        sram=r.ledger.summary(), chunks=dataclasses.replace(ck, reason=why),
+    )  # fmt: skip
+
+
+def bytes_needed(
+    model: Any, spec: WaferSpec, micro_batch: int, seq_len: int, stride: int, ck: WeightChunks
+) -> int:
+    """Bytes per PE that `place(...)` asks the ledger for (held inputs, `ck`'s buffers and
+    the working set), whether or not they fit its data budget."""
+    return _Replica(model, spec, micro_batch, seq_len).needed(stride, ck)
 
 
 @dataclasses.dataclass(frozen=True)
