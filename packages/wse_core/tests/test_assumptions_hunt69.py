@@ -90,8 +90,10 @@ def test_each_line_names_value_units_range_and_basis_and_the_json_is_the_same():
     assert "hop_latency_cycles = 1 cycles/hop (swept 1..2; sourced)" in lines
     assert "clock_hz = 1.1e+09 Hz (swept 8.5e+08..1.1e+09; assumed)" in lines
     entry = next(e for e in assumed_list(got, {}) if e["name"] == "hop_latency_cycles")
+    # hunt 82: "moves", whether a figure moves with it
     assert entry == {"name": "hop_latency_cycles", "value": 1.0, "units": "cycles/hop",
-                     "sweep": [1.0, 2.0], "basis": "sourced", "assumed": False}  # fmt: skip
+                     "sweep": [1.0, 2.0], "basis": "sourced", "assumed": False,
+                     "moves": True}  # fmt: skip
     with assume(hop_latency_cycles=2), recording() as moved:
         PerfModel(assumed_spec("wse3"), UNCALIBRATED).cost(work)
         line = next(x for x in assumed_lines(moved) if x.startswith("hop_"))
@@ -171,3 +173,19 @@ def test_results_json_carries_the_tables_assumptions_and_the_calibration(tmp_pat
     for e in listed(result.predictions[0].assumed, {}):
         assert e.line() in table and e.line() in (folder / "table.csv").read_text()
     assert "Calibration in force: rows priced on wse2 at 8.5e+08 Hz" in table
+
+
+def test_an_assumed_constant_read_that_moves_nothing_says_so():
+    """Hunt 82 (jobs18 L1): a key `--assume` changed that the pricing read without moving
+    (a capacity, a latency of a link no priced step crosses) was listed like a moving one."""
+    from wse_core.cost.listing import Listed, listed
+    from wse_core.cost.reads import read
+
+    with recording() as got:
+        read("memoryx_capacity_bytes", 2e15, moves=False)
+    (entry,) = listed(got, {"memoryx_capacity_bytes": 2e15})
+    assert entry.assumed and not entry.moves
+    assert entry.line().endswith("; --assume; read, moves nothing here)")
+    assert entry.to_dict()["moves"] is False and Listed.from_dict(entry.to_dict()) == entry
+    old = {k: v for k, v in entry.to_dict().items() if k != "moves"}  # a JSON written before
+    assert Listed.from_dict(old).moves is True

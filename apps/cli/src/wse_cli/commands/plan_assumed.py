@@ -61,15 +61,21 @@ class Assumed(NamedTuple):
         missed = "".join(
             f"; the row {k} fits comes out {100 * m:+.1f}%" for k, m in cal.misses.items()
         )
-        swept = [e.line() for e in self.listed()]
+        swept = [e.line() for e in self.listed() if e.moves]
         head = ["assumed constants that move these figures (value priced, swept range, basis; "
                 "wse experiments assumptions gives each source):"] if swept else []  # fmt: skip
+        # hunt 82 (jobs18 L1): an --assume'd constant the pricing read but no figure moves
+        # with (InfiniBand's latency on a plan of one node) was listed as moving them
+        still = [e.line() for e in self.listed() if not e.moves]
+        idle = ["assumed (--assume) and read, moving no figure of this plan:"] if still else []
         return [
             "assumed (--assume): " + "; ".join(given) if given
             else "assumptions: the presets' own (no --assume)",
             f"calibration: rows priced on {cal.on_wafer()}; fitted {fitted or 'nothing'}{missed}",
             *head,
             *(f"  {line}" for line in swept),
+            *idle,
+            *(f"  {line}" for line in still),
             *self.notes,
         ]  # fmt: skip
 

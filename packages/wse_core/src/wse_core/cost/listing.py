@@ -8,8 +8,11 @@ then the system constants): every constant with a sweep that moves what was pric
 whatever its basis (hunt 69: `hop_latency_cycles`, "sourced", moved a BiCGSTAB row 15% and
 was never listed), and every one changed by `--assume` that it read. Every surface prints
 them the same way: `assumed_lines` ("clock_hz = 1.1e+09 Hz (swept 8.5e+08..1.1e+09;
-assumed)"), `assumed_list` (the same as JSON), `assumed_compact` (one line for a summary,
-the ranges left to `wse experiments assumptions`). A surface that knows the keys it prices
+assumed)"; a constant read and changed by `--assume` that moves no figure says so, "read,
+moves nothing here", and its JSON entry has "moves": false: hunt 82, jobs18 L1, `--assume
+gpu.ib_latency_s` on a plan of one node was listed among the constants moving it),
+`assumed_list` (the same as JSON), `assumed_compact` (one line for a summary, the ranges
+left to `wse experiments assumptions`). A surface that knows the keys it prices
 without recording them gives them with `reads_of(spec, keys)`.
 
 `unread(changes, reads, calibration)` names the `--assume` keys a prediction never read
@@ -65,29 +68,33 @@ class Listed:
     sweep: tuple[float, float]
     basis: str
     assumed: bool = False
+    moves: bool = True  # False: read, changed by --assume, and no figure priced moves with it
 
     def _values(self) -> str:
         return ", ".join(f"{v:.4g}" for v in self.values)
 
     def line(self) -> str:
-        """ "NAME = value unit (swept lo..hi; basis)", "; --assume" when changed."""
+        """ "NAME = value unit (swept lo..hi; basis)", "; --assume" when changed, "; read,
+        moves nothing here" when it moves no figure."""
         lo, hi = self.sweep
         unit = f"[{self.units}]" if self.units[:1].isdigit() else self.units  # "0 or 1"
         how = f"{self.basis}; --assume" if self.assumed else self.basis
-        return f"{self.key} = {self._values()} {unit} (swept {lo:g}..{hi:g}; {how})"
+        still = "" if self.moves else "; read, moves nothing here"
+        return f"{self.key} = {self._values()} {unit} (swept {lo:g}..{hi:g}; {how}{still})"
 
     def to_dict(self) -> dict[str, Any]:
         one = len(self.values) == 1
         return {"name": self.key, "value": self.values[0] if one else list(self.values),
                 "units": self.units, "sweep": list(self.sweep), "basis": self.basis,
-                "assumed": self.assumed}  # fmt: skip
+                "assumed": self.assumed, "moves": self.moves}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Listed:
         """The entry `to_dict` gave (a JSON's "assumed" printed again: `compact`)."""
         value = d["value"]
         values = tuple(value) if isinstance(value, list | tuple) else (float(value),)
-        return cls(d["name"], values, d["units"], tuple(d["sweep"]), d["basis"], d["assumed"])
+        return cls(d["name"], values, d["units"], tuple(d["sweep"]), d["basis"], d["assumed"],
+                   bool(d.get("moves", True)))  # fmt: skip
 
 
 def _order() -> list[str]:
@@ -111,7 +118,7 @@ def listed(reads: Reads | None, changed: Mapping[str, float] | None = None) -> t
         # assumed where a value priced is the one assumed (hunt 70: a wafer built outside
         # the `assume` block was marked --assume beside the preset's value)
         assumed = key in changed and float(changed[key]) in values
-        out.append(Listed(key, values, c.units, sweep, c.basis, assumed))
+        out.append(Listed(key, values, c.units, sweep, c.basis, assumed, key in reads.moving))
     return tuple(out)
 
 
