@@ -115,8 +115,16 @@ def test_pipeline_seconds_equal_the_unshared_trees_to_the_last_digit(gemv, stage
 
 
 def _points(system: WaferServing) -> list:
+    """Each load's point and occupancy; the point's "not_held" note aside: it names the
+    arrangements the system searched that do not hold the load (hunt 82), which a layout
+    given does not search."""
     users = sorted({1, 2, max(1, system.max_users // 3), system.max_users})
-    return [(system.point(u), system.occupancy(u)) for u in users]
+
+    def bare(p):
+        return dataclasses.replace(p, layout={k: v for k, v in p.layout.items()
+                                              if k != "not_held"})  # fmt: skip
+
+    return [(bare(system.point(u)), system.occupancy(u)) for u in users]
 
 
 @pytest.mark.slow  # 31 s since hunt 67's placement search (each point searches twice); the

@@ -15,6 +15,19 @@ proportion to the bytes it must hold: its weights, its KV cache for
 (`wse_systems.placement`). The embedding and head (and final norm) get one more region,
 `head`, on wafer 0: the last stage's output cycles back there for the next token; with
 `head_rows` it takes that many rows of its strip, the other regions the rest by bytes.
+
+Activations are what the pipelined engine's program holds (`wse_inference.pipeline`: one
+activation a stage row, its slots' KV caches, each slot's sampling state with the head):
+a region works on one item at a time, so it holds one token's activations
+(`item_bytes`: a layer region's residual stream, q/k/v/o and MLP hidden; the head's hidden
+and fp32 logits), whatever the users; each user's item waits at the head between passes
+(the engine's schedule: stage j works on slot (k - j) mod S, stage 0 takes up a slot's
+returning activation at its turn), so the head holds a hidden state and the sampling
+state of every user (`head_user_bytes`, `SLOT_STATE_BYTES`). `StagePlan.item_act_bytes`
+marks the one item's share. Hunt 82 (jobs18 H3): every region held a whole token's
+activations for every user, and the head an fp32 logits row per user (Llama 3 8B: 90 KB a
+user a region, 529 KB in the head), so at 16 + 8 tokens 5,000 users were forced onto 8
+stages at 36% of the output of 3,000 users.
 Sized by bytes alone, a plan holding more KV cache gave the layers more PEs and priced a
 faster token (hunt 66): the planners place the head on the rows, and the regions on the PE
 rows of each wafer (all of them, or a footprint of the top rows: `spec` cut to fewer
@@ -62,6 +75,9 @@ __all__ = [
     "plan_pipeline",
     "min_wafers",
     "kv_bytes_per_token",
+    "item_bytes",
+    "head_user_bytes",
+    "SLOT_STATE_BYTES",
     "split_even",
     "LAYOUTS",
     "BYTES_PER_PARAM",
@@ -75,6 +91,13 @@ __all__ = [
 T = TypeVar("T")
 
 LAYOUTS = ("banded", "compact")
+# Bytes of one user's sampling state at the head: the pipelined engine's per-slot scalars
+# (`wse_inference.pipeline.schedule.PipeState`): token, position and count (int32 each), its
+# key (2 x uint32), active (bool), temperature, top-k, top-p (4 B each), logprobs (bool),
+# the presence, frequency and repetition penalties and min_tokens (4 B each): 50 B. Its
+# dense per-vocabulary penalty rows are the emulator's representation, not counted: a
+# request priced carries no penalty, and a penalty needs only the user's token ids.
+SLOT_STATE_BYTES = 3 * 4 + 2 * 4 + 1 + 3 * 4 + 1 + 4 * 4
 # Bytes of a parameter (and of a cached value): int8/fp8, fp16/bf16, fp32, fp64, the sizes
 # `wse_core.hw.dtypes.dtype_bytes` gives a model's param_dtype.
 BYTES_PER_PARAM = (1, 2, 4, 8)
@@ -201,11 +224,25 @@ def kv_bytes_per_token(config: DecoderShape, bytes_per_value: int) -> int:
 def _region_bytes(
     config: DecoderShape, layers: int, context_len: int, slots: int, bpp: int
 ) -> tuple:
+    """A layer region's (weights, KV cache, activations): the activations of the one item
+    it works on (`item_bytes`), whatever the users in flight (module contract)."""
     weights = layers * layer_params(config) * bpp
     kv = layers * kv_bytes_per_token(config, bpp) * context_len * slots
-    # In flight per user: the residual stream, q/k/v/o and the MLP hidden of one token.
-    act = (layers > 0) * slots * (4 * config.d_model + 2 * config.d_ff) * bpp
-    return weights, kv, act
+    return weights, kv, item_bytes(config, layers, bpp)
+
+
+def item_bytes(config: DecoderShape, layers: int, bpp: int) -> int:
+    """Activations of the one token a region works on: a layer region's residual stream,
+    q/k/v/o and MLP hidden (`layers` > 0), the head's hidden and fp32 logits (`layers` 0)."""
+    if layers == 0:
+        return (config.d_model + config.vocab_size) * 4
+    return (4 * config.d_model + 2 * config.d_ff) * bpp
+
+
+def head_user_bytes(config: DecoderShape, bpp: int) -> int:
+    """What the head holds for each user in flight: its item's hidden state waiting there
+    between passes and its sampling state (`SLOT_STATE_BYTES`)."""
+    return config.d_model * bpp + SLOT_STATE_BYTES
 
 
 def plan_pipeline(
@@ -238,7 +275,7 @@ def plan_pipeline(
     check_head_rows(regions.head_rows, spec)
     bpp = bytes_per_param
     head_w = (num_params(config) - config.n_layers * layer_params(config)) * bpp
-    head_act = slots * (config.d_model + config.vocab_size) * 4  # hidden + fp32 logits
+    head_act = item_bytes(config, 0, bpp) + slots * head_user_bytes(config, bpp)
     groups = split_even(config.n_layers, stages)
     layout_ = []
     for w, (s0, s1) in enumerate(split_even(stages, num_wafers)):
@@ -253,10 +290,14 @@ def plan_pipeline(
     for w, entries in enumerate(layout_):
         rows = regions.head_rows if w == 0 else None
         placed.append(place_on_wafer(spec, w, entries, (need, num_wafers), layout, rows))
-    head, stage_plans = placed[0][0], [p for w in placed for p in w if p.name != "head"]
-    return PipelinePlan(
-        spec, num_wafers, tuple(stage_plans), head, context_len, slots, bpp, layout, gemv
-    )
+    marked = [_with_item(config, p, bpp) for w in placed for p in w]
+    head, stage_plans = marked[0], tuple(p for p in marked if p.name != "head")
+    return PipelinePlan(spec, num_wafers, stage_plans, head, context_len, slots, bpp, layout, gemv)
+
+
+def _with_item(config: DecoderShape, region: StagePlan, bpp: int) -> StagePlan:
+    """`region` with the bytes of its one item marked (`StagePlan.item_act_bytes`)."""
+    return dataclasses.replace(region, item_act_bytes=item_bytes(config, region.num_layers, bpp))
 
 
 def _check_args(config, spec, num_wafers, stages, context_len, slots) -> None:

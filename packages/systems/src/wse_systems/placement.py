@@ -54,6 +54,14 @@ class StagePlan:
     weight_bytes: int
     kv_bytes: int
     act_bytes: int
+    # of act_bytes, the activations of the one item the region works on, whatever the users
+    # in flight (the rest grows with them: `user_act_bytes`); `wse_systems.pipeline` sets it
+    item_act_bytes: int = 0
+
+    @property
+    def user_act_bytes(self) -> int:
+        """Activations held for the users in flight beside the item worked on (all users')."""
+        return self.act_bytes - self.item_act_bytes
 
     @property
     def total_bytes(self) -> int:

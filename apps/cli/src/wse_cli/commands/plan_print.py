@@ -156,6 +156,8 @@ def _wafers(w: dict) -> str:
     rows, whole = layout.get("pe_rows"), layout.get("wafer_pe_rows")
     part = rows and whole and rows < whole and f"{rows:,} of {whole:,} PE rows"
     said = ", ".join(x for x in (regions, stages and f"{stages} stages", part) if x)
+    if layout.get("not_held"):  # hunt 82: why this load is served in another arrangement
+        said += f"; the load is not held by {layout['not_held']}"
     return f"{w['wafers_per_replica']} x {w['system']}" + (f" ({said})" if said else "")
 
 

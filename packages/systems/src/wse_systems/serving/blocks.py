@@ -299,7 +299,7 @@ def priced_by(plan: PipelinePlan) -> tuple:
     them) and count, the bytes per parameter."""
     per_user = tuple(
         (s.name, s.wafer, s.layers, s.region, s.weight_bytes, s.kv_bytes / plan.slots,
-         s.act_bytes / plan.slots) for s in (plan.head, *plan.stages)
+         s.user_act_bytes / plan.slots, s.item_act_bytes) for s in (plan.head, *plan.stages)
     )  # fmt: skip
     return (plan.spec.pe_rows, plan.num_wafers, plan.bytes_per_param, per_user)
 
@@ -366,10 +366,11 @@ def _block_trees(config: Any, plan: PipelinePlan, kv_tokens: int) -> Callable[[i
 
 
 def max_block_tokens(plan: PipelinePlan) -> int:
-    """1 + the extra tokens' activations that fit the free SRAM of every region."""
+    """1 + the extra tokens' activations (each one token's, as the item a region works on:
+    `StagePlan.item_act_bytes`) that fit the free SRAM of every region."""
     extra = []
     for s in (plan.head, *plan.stages):
-        per_token = s.act_bytes / plan.slots / s.region.num_pes
+        per_token = s.item_act_bytes / s.region.num_pes
         free = plan.spec.data_bytes_per_pe - s.bytes_per_pe
         extra.append(math.inf if per_token == 0 else max(0, free) // per_token)
     return int(min(1 + min(extra), MAX_BLOCK_TOKENS))

@@ -19,8 +19,9 @@ decode token's time, where the prompt's blocks (what the regions' free SRAM hold
 the users' caches) depend on the placement and the load; searching every head size of both
 layouts at each load planned about 40 placements a load (40 ms), and the largest load
 meeting a limit scans the loads. `scaled(plan, users)` is a one-user plan's regions with
-`users` in flight: its bytes in proportion to the users (weights fixed; the KV cache and
-activations `wse_systems.pipeline` counts per user), the same regions where the stages hold
+`users` in flight: its bytes in proportion to the users (weights and the one item's
+activations fixed; the KV cache and the activations `wse_systems.pipeline` counts per user,
+the head's), the same regions where the stages hold
 equal layers (the regions are then sized by equal bytes at any reservation;
 `token.kept_plan`'s condition), so its price and its blocks are the plan's at that load
 (tests/test_serving_layout_hunt73.py checks them against `plan_pipeline`).
@@ -117,13 +118,14 @@ def best(
 
 
 def scaled(plan: PipelinePlan, users: int) -> PipelinePlan | None:
-    """`plan` (one user in flight) with `users`: its regions, the KV cache and activations
-    times `users` (module contract); None unless its stages hold equal layers."""
+    """`plan` (one user in flight) with `users`: its regions, the KV cache and the per-user
+    activations times `users` (module contract); None unless its stages hold equal layers."""
     if plan.slots != 1 or len({s.num_layers for s in plan.stages}) > 1:
         return None
 
-    def more(s: Any) -> Any:
-        return dataclasses.replace(s, kv_bytes=s.kv_bytes * users, act_bytes=s.act_bytes * users)
+    def more(s: Any) -> Any:  # the one item's activations stay (`StagePlan.item_act_bytes`)
+        act = s.item_act_bytes + s.user_act_bytes * users
+        return dataclasses.replace(s, kv_bytes=s.kv_bytes * users, act_bytes=act)
 
     return dataclasses.replace(
         plan, slots=users, head=more(plan.head), stages=tuple(more(s) for s in plan.stages)

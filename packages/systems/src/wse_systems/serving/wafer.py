@@ -248,7 +248,7 @@ class WaferServing:
         return SramBudget(
             sram_bytes_per_pe=self.spec.data_bytes_per_pe, region=r.name,
             weight_bytes_per_pe=r.weight_bytes / pes, kv_bytes_per_user_per_pe=r.kv_bytes / u / pes,
-            act_bytes_per_user_per_pe=r.act_bytes / u / pes, max_users=self.max_users,
+            act_bytes_per_user_per_pe=r.user_act_bytes / u / pes, max_users=self.max_users,
         )  # fmt: skip
 
     # ---- pricing --------------------------------------------------------------------
@@ -395,7 +395,23 @@ class WaferServing:
         return best.point(users, self.workload, regions=len(plan.stages) + 1, wafers=self.units,
                           layout=plan.layout, stages=len(plan.stages), token_s=token.token_s,
                           head_rows=plan.head.region.rows, pe_rows=plan.spec.pe_rows,
-                          wafer_pe_rows=self.spec.pe_rows, **token.token_parts_s())  # fmt: skip
+                          wafer_pe_rows=self.spec.pe_rows, not_held=self.not_held(users),
+                          **token.token_parts_s())  # fmt: skip
+
+    def not_held(self, users: int) -> str:
+        """The layouts and stage counts searched that do not hold `users` in flight, each with
+        the most it holds ("" when all do): why a load is served in another arrangement than
+        a smaller load (hunt 82, jobs18 H3: 5,000 users of Llama 3 8B at 16 + 8 tokens were
+        served on 8 stages at 36% of 3,000 users' output, and nothing said why)."""
+        out = []
+        for layout in self._layouts():
+            for s in stage_counts.stage_counts(self):
+                most = _MOST_USERS.get(self._key("most", self._regions(layout), s),
+                                       functools.partial(self._most_users, layout, s))  # fmt: skip
+                if most < users:
+                    n = self.config.n_layers if s is None else s
+                    out.append(f"{layout}, {n} stages: at most {most:,} users")
+        return "; ".join(out)
 
     def occupancy(self, users: int) -> dict[str, float]:
         """Fraction of the time each element (the draft's too) is busy at `users` in flight."""
