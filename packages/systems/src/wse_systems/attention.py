@@ -43,7 +43,7 @@ import dataclasses
 import math
 
 from wse_core.cost.assumptions import register_system_constant, system_constant
-from wse_core.cost.collectives import allreduce_2d, broadcast_line, reduce_line
+from wse_core.cost.collectives import allreduce_2d, broadcast_line, reduce_line, wavelets
 from wse_core.cost.mechanisms import Constant
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.hw.dtypes import DTYPE_BYTES
@@ -145,7 +145,7 @@ def attention_phases(
     order: q_in, scores, scores_sum, softmax, softmax_sums, values, heads_reduce."""
     rates = PerfModel(spec).rates
     sp = attention_split(shape, region, kv_tokens)
-    dt, words = value_dtype(bytes_per_value), bytes_per_value / 4
+    dt, b = value_dtype(bytes_per_value), bytes_per_value  # messages: whole wavelets
     qk = _faster(rates, sp.qh, sp.t, sp.g, dt)  # scores: qh x t, each over g dims
     pv = _faster(rates, sp.qh, sp.g, sp.t, dt)  # outputs: qh x g, each over t tokens
     n = sp.t * sp.qh
@@ -164,13 +164,13 @@ def attention_phases(
                     task_activations=tasks)  # fmt: skip
 
     return serial(
-        Phase("q_in", broadcast_line(region.rows, (sp.grp + 2) * sp.g * words)),
+        Phase("q_in", broadcast_line(region.rows, wavelets((sp.grp + 2) * sp.g, b))),
         Phase("scores", work((qk,), 1.0)),
-        Phase("scores_sum", _allreduce(rates, 1, sp.s, n * words)),
+        Phase("scores_sum", _allreduce(rates, 1, sp.s, wavelets(n, b))),
         Phase("softmax", work(soft)),
         Phase("softmax_sums", _allreduce(rates, region.rows, 1, 2 * sp.qh)),
         Phase("values", work((pv,))),
-        Phase("heads_reduce", reduce_line(rates, region.rows, sp.qh * sp.g * words)),
+        Phase("heads_reduce", reduce_line(rates, region.rows, wavelets(sp.qh * sp.g, b))),
         Phase("normalise", work(div)),
         name="attention",
     )

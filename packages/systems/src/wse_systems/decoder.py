@@ -58,7 +58,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from wse_core.cost.collectives import allreduce_2d, broadcast_line
+from wse_core.cost.collectives import allreduce_2d, broadcast_line, wavelets
 from wse_core.cost.perf import Op, Phase, Phases, Work, serial
 from wse_core.errors import WseError
 from wse_core.hw.spec import WaferSpec
@@ -180,7 +180,7 @@ def _to_next(
     bottom centre to the next one's top centre (Manhattan hops) and, across strips, shifts
     sideways as one row: all d values over the strip boundary's link. `from_bottom`: the
     stream is on the region's bottom row already (MeshGEMV)."""
-    words = math.ceil(d / region.cols) * b / 4
+    words = wavelets(math.ceil(d / region.cols), b)
     # from the top row down the region's height, or (`from_bottom`: MeshGEMV leaves the
     # residual on every row) one hop from its bottom row
     hops, lateral = (1.0 if from_bottom else float(region.rows)), 0.0
@@ -188,7 +188,7 @@ def _to_next(
         out = (region.row0 + region.rows, region.col0 + region.cols // 2)
         into = (nxt.row0, nxt.col0 + nxt.cols // 2)
         hops += abs(out[0] - into[0]) + abs(out[1] - into[1])
-        lateral = d * b / 4 if nxt.col0 != region.col0 else 0.0
+        lateral = float(wavelets(d, b)) if nxt.col0 != region.col0 else 0.0
     links = {"S": words, "ramp": words} | ({"E": lateral} if lateral else {})
     return Work(links=links, latency_hops=hops, relay_stages=1.0)
 
@@ -209,7 +209,7 @@ def token_out_work(plan: Any) -> Work:
 def _entry_flood(region: Region, d: int, b: int) -> Phase:
     """MeshGEMV's input layout at a region's entry: the residual (top row, d / cols values
     per column) flooded down every column once (a product's input replicated along rows)."""
-    return Phase("x_in", broadcast_line(region.rows, math.ceil(d / region.cols) * b / 4))
+    return Phase("x_in", broadcast_line(region.rows, wavelets(math.ceil(d / region.cols), b)))
 
 
 def _mesh(
@@ -234,7 +234,10 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool,
     the host (`token_out_work`)."""
     head, b, d = plan.head.region, plan.bytes_per_param, shape.d_model
     embed = Work(
-        links={"S": math.ceil(d / head.cols) * b / 4, "ramp": math.ceil(d / head.cols) * b / 4},
+        links={
+            "S": wavelets(math.ceil(d / head.cols), b),
+            "ramp": wavelets(math.ceil(d / head.cols), b),
+        },
         latency_hops=float(head.rows + head.cols),
         relay_stages=2.0,  # the argmax's PE to the embedding row's, that one to the top row
         task_activations=1.0,

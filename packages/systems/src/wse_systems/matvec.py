@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from wse_core.cost.collectives import broadcast_line, reduce_to_centre
+from wse_core.cost.collectives import broadcast_line, reduce_to_centre, wavelets
 from wse_core.cost.perf import Op, Phase, Phases, Work, serial
 from wse_core.hw.spec import WaferSpec
 from wse_core.hw.sram import Region
@@ -56,7 +56,7 @@ def _matvec_parts(
         raise ValueError(f"input_density must be in [0, 1], got {input_density}")
     r, c = region.rows, region.cols
     rows_out, cols_in = math.ceil(n_out / r), math.ceil(n_in / c)
-    words = bytes_per_value / 4
+    b = bytes_per_value  # each message whole wavelets (`wavelets`; hunt 82, jobs18 L3)
     fired = cols_in * input_density
     elems = rows_out * fired
     axpy = Work(
@@ -66,16 +66,17 @@ def _matvec_parts(
         sram_write_bytes=elems * bytes_per_value,
         task_activations=1.0,
     )
-    half = math.ceil(rows_out / 2) * words
+    half = wavelets(math.ceil(rows_out / 2), b)
+    north = wavelets(math.ceil(n_out / c), b)
     move = Work(
-        links={"W": half, "E": half, "N": math.ceil(n_out / c) * words, "ramp": rows_out * words},
+        links={"W": half, "E": half, "N": north, "ramp": wavelets(rows_out, b)},
         latency_hops=float(math.ceil((c - 1) / 2) + (r - 1)),
         relay_stages=1.0,
     )
     return (
-        ("x_in", broadcast_line(r, cols_in * words)),
+        ("x_in", broadcast_line(r, wavelets(cols_in, b))),
         ("axpy", axpy),
-        ("reduce", reduce_to_centre(perf_rates(spec), c, rows_out * words)),
+        ("reduce", reduce_to_centre(perf_rates(spec), c, wavelets(rows_out, b))),
         ("move", move),
     )
 

@@ -13,14 +13,14 @@ the exact quotients, `run_sim.sh`: `Mt=$(($2 / $1))`; the ceil pads a ragged pro
 
 - skew: `left_matrix_shift_callback`, P // 2 steps: X's tile one place along the two-hop
   ring of its row (`left_matrix_shift` / `_reverse`, by the row's parity): one async
-  `@mov16` of Mt Kt values to the fabric and one from it (Mt Kt x bytes / 4 wavelets each
-  way on the ramp), 2 hops, one task (`x_shift_finish`). W is placed skewed by the host
-  (weights are static); X, the activation, is skewed on the wafer.
+  `@mov16` of Mt Kt values to the fabric and one from it (ceil(Mt Kt x bytes / 4)
+  wavelets each way on the ramp), 2 hops, one task (`x_shift_finish`). W is placed skewed
+  by the host (weights are static); X, the activation, is skewed on the wafer.
 - zero: `@fmovh(res_dsd, 0.0)`: one 16-bit move DSD of Mt Nt from a scalar.
 - step (P times, `mm_compute`): `two_hop_comm` starts X's tile along the row ring and W's
-  along the column ring (4 async `@mov16`: 2 to the fabric, 2 from it; (Mt Kt + Kt Nt) x
-  bytes / 4 wavelets each way on the ramp, Mt Kt x bytes / 4 on the row's link, Kt Nt x
-  bytes / 4 on the column's, 2 hops), while the core runs Kt `@map(gemv_static_step_X,
+  along the column ring (4 async `@mov16`: 2 to the fabric, 2 from it; each tile's
+  Mt Kt or Kt Nt x bytes / 4 wavelets, rounded up, each way on the ramp, X's on the row's
+  link, W's on the column's, 2 hops), while the core runs Kt `@map(gemv_static_step_X,
   W_dsd)`, each Nt `@fmach(out, out, X_col, w)`: Kt Nt FMAC DSDs of Mt (X and out read, out
   written; the map's scalar w is not counted, as MeshGEMV's x_i). Four tasks gate the next
   step (`x_finish`, `y_finish`, `jumpcast_finish`, `next_step`). The step is priced as one
@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 
+from wse_core.cost.collectives import wavelets
 from wse_core.cost.perf import Op, Phase, Phases, Work, serial
 from wse_core.hw.sram import Region
 
@@ -100,7 +101,7 @@ def meshgemm_parts(
     p, mt, kt, nt = meshgemm_tiles(region, k, n_in, n_out)
     dt, size = value_dtype(bytes_per_value), bytes_per_value
     xv, wv = mt * kt, kt * nt  # values of X's and W's tiles
-    xw, ww = xv * size / 4, wv * size / 4  # their wavelets
+    xw, ww = wavelets(xv, size), wavelets(wv, size)  # their whole wavelets
     hops = float(min(2, p - 1))  # two-hop rings (one hop at a ring's end; none on one PE)
     comm = p > 1
     skew = Work(

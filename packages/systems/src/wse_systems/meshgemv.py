@@ -23,14 +23,14 @@ across it, each PE holds Kt = ceil(n_in / a) inputs and Nt = ceil(n_out / b) out
   partial sums toward the group's root (index m // 2) at once, each PE one `@faddh(send,
   recv, own)` (fabric in, fabric out: pipelined). The root runs one `@faddh(own, recv, own)`
   of Nt per side it has (2, or 1 at a group's end): those DSDs, their 2 x Nt values off its
-  ramp (Nt x bytes / 4 wavelets each), h1 = max(m // 2, m - 1 - m // 2) hops and h1 relay
-  stages (each PE on the longer side passes the stream through its core once).
+  ramp (ceil(Nt x bytes / 4) wavelets each), h1 = max(m // 2, m - 1 - m // 2) hops and h1
+  relay stages (each PE on the longer side passes the stream through its core once).
 - reduce_groups: the second phase, the same chain over the `groups` roots (m PEs apart)
   toward root index groups // 2: its root's 1 or 2 `@faddh`, h2 = max(groups // 2,
   groups - 1 - groups // 2) relay stages and h2 x m hops.
 - broadcast: the root's `@mov16(bdcast_send, own)` of Nt values (decode.csl; the routers
-  multicast both ways: Nt x bytes / 4 wavelets on its ramp), to the farther end of the line
-  (max(root, a - 1 - root) hops), one relay. (meshgemv.csl sends up then down, two `@fmovh`:
+  multicast both ways: ceil(Nt x bytes / 4) wavelets on its ramp), to the farther end of the
+  line (max(root, a - 1 - root) hops), one relay. (meshgemv.csl sends up then down, two `@fmovh`:
   the decode's one multicast is what decode runs.)
 
 Between products that reduce along different axes the decode rewrites its allreduce's routes
@@ -63,6 +63,7 @@ from __future__ import annotations
 import math
 
 from wse_core.cost.assumptions import register_system_constant, system_constant
+from wse_core.cost.collectives import wavelets
 from wse_core.cost.mechanisms import Constant
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.divisors import divisors
@@ -161,7 +162,7 @@ def _sides(p: int) -> int:
 
 
 def _allreduce(a: int, groups: int, nt: int, bytes_per_value: int) -> tuple[tuple[str, Work], ...]:
-    dt, words = value_dtype(bytes_per_value), nt * bytes_per_value / 4
+    dt, words = value_dtype(bytes_per_value), wavelets(nt, bytes_per_value)  # whole ones
     m = a // groups
     r1, h1 = _chain(m)
     r2, h2 = _chain(groups)

@@ -68,9 +68,8 @@ __all__ = [
 
 # direction -> (grid axis, sign): sign +1 means PE i receives from PE i - distance.
 DIRECTIONS = {"N": (0, -1), "S": (0, +1), "E": (1, +1), "W": (1, -1)}
-# bytes of one wavelet, the fabric's unit: "32-bit messages, called wavelets" (Cerebras SDK
-# documentation); REFERENCES.md: one 32-bit wavelet per link per direction per cycle
-WAVELET_BYTES = 4
+# bytes of one wavelet, the fabric's unit (`wse_core.cost.collectives.WAVELET_BYTES`)
+WAVELET_BYTES = collectives.WAVELET_BYTES
 
 
 def words_per_pe(x, dtype=None, values: int = 1) -> float:
