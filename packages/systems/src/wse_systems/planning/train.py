@@ -252,8 +252,8 @@ def plan_train(
         "fits: wse_systems.training.stride) and MemoryX accumulates their gradients; "
         "with no batch given, the smallest whose streams add <= 1% of the step, unless a power "
         "of two within a factor 2 of it runs > 1% more tokens/s (then the fastest of those: "
-        "default_batch), at auto's tokens/s (the default plan's), kept at a --micro-batch "
-        "that runs it",
+        "default_batch), each at its fastest micro-batch's tokens/s (what the micro-batch "
+        "hint offers), kept at a --micro-batch that runs it",
         "wafer scaling against one system: weak = the same batch per system (the global "
         "batch grows with N), strong = the same global batch on one system; speedup = "
         "tokens/s(N) / tokens/s(1), one system at the same micro-batch setting (weak: the "

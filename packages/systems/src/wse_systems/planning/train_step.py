@@ -53,7 +53,7 @@ def wafer_train_step(
 
     why, report = None, None
     if batch is None:  # the default plan's batch, kept where the micro-batch asked runs it
-        batch, why = default_batch(lambda b: step(num_csx, b, "auto"), config, spec,
+        batch, why = default_batch(lambda b: step(num_csx, b, "explore"), config, spec,
                                    num_csx=num_csx, seq_len=seq_len)  # fmt: skip
         try:
             report = step(num_csx, batch, micro_batch)
@@ -65,8 +65,8 @@ def wafer_train_step(
             why = (
                 why
                 if micro_batch in (None, "auto")
-                else f"{why}; tokens/s at auto, the "
-                f"default plan's, kept at micro-batch {micro_batch}"
+                else f"{why}; tokens/s at each batch's fastest micro-batch, "
+                f"kept at micro-batch {micro_batch}"
             )
     report = report or step(num_csx, batch, micro_batch)
     # weak: one system running the same per-system batch at the same micro-batch setting, so
@@ -132,13 +132,18 @@ def default_batch(
     """(batch per system, why) when none is given: the smallest batch whose streams add at
     most 1% of the step (`no_stall_batch`; 1 when no batch the SRAM plan places does) unless
     a batch near it, a power of two within a factor 2, runs more than 1% more tokens/s
-    (`step(b)`'s report: `wafer_train_step` asks auto's, the default plan's, so a
-    micro-batch asked keeps the batch that plan showed, and the micro-batch's own only where
-    it does not run that batch); then the fastest of them, the smallest on a tie; where the
-    smallest does not run, the fastest of those that do. Hunt 66: the smallest no-stall
-    batch of Llama 3 8B was 17, a prime whose only micro-batch is 17 (shorter vectors: a
-    plan holding more activations), 16.5% slower than 16 = 2 x 8; a stall fraction rewards
-    slow compute, tokens/s is what a run is served by."""
+    (`step(b)`'s report: `wafer_train_step` asks each batch's fastest micro-batch,
+    explore's, what the default plan's micro-batch hint offers at that batch, so a
+    micro-batch asked keeps the batch the default plan showed, and the micro-batch's own
+    only where it does not run that batch); then the fastest of them, the smallest on a
+    tie; where the smallest does not run, the fastest of those that do. Hunt 66: the
+    smallest no-stall batch of Llama 3 8B was 17, a prime whose only micro-batch is 17
+    (shorter vectors: a plan holding more activations), 16.5% slower than 16 = 2 x 8; a
+    stall fraction rewards slow compute, tokens/s is what a run is served by. Hunt 82
+    (jobs18 H2): ranked at auto's tokens/s (hunt 78), 16 at 16 x 1 ran only 0.08% faster
+    than 17 once the program's 2 KiB came off the token passes, so 17 was kept and the
+    2 x 8 that 16 runs 13.7% faster (61,833 against 54,364 tokens/s) was neither chosen
+    nor hinted: each batch is ranked by the best it runs."""
     from wse_core import WseError
 
     from wse_systems.training.performance import no_stall_batch
