@@ -18,8 +18,9 @@ speed=)`:
   micro-batches, each of which streams every weight again), which `wse train` runs and `wse
   plan train` prices, with explore's gain as a hint where explore is faster (hunt 74: the
   shipped llama3_8b.yaml, 4 x wse3 clipping the global norm, at 48 sequences per system,
-  `wse plan train -m llama3_8b --batch 48 --micro-batch none`: 48 x 1 takes 9.02 s a step,
-  explore's 8 x 6 6.45 s; the llama3-8b preset, one system, no clipping: 8.92 s and 6.35 s);
+  `wse plan train -m llama3_8b --batch 48 --micro-batch none`: 48 x 1 takes 9.76 s a step,
+  explore's 8 x 6 6.46 s; the llama3-8b preset, one system, no clipping: 9.66 s and 6.36 s;
+  9.02 / 6.45 and 8.92 / 6.35 s until hunt 82 took the program's 2 KiB off the passes);
 - "explore": of the divisors that fit, the one `speed(micro_batch)` (tokens/s, e.g. the
   predicted step's) finds fastest, the larger on a tie.
 
