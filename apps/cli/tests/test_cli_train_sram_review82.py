@@ -28,7 +28,9 @@ def test_validate_only_prints_use_against_the_data_budget():
     assert got is not None, line
     used, budget = (int(got.group(k).replace(",", "")) for k in (1, 2))
     assert budget == data == 47_104  # not 49,152
-    assert data - used == 6_376  # free for data (40,728 in use)
+    # free for data: 24,361 (22,743 in use; 6,376 free, 40,728 in use, until hunt 82 jobs18
+    # H1 searched the weight-streaming chunk with the stride, ties to the smaller buffers)
+    assert data - used == 24_361
     assert got.group(3) == (
         f"its {WSE3_SRAM_BYTES_PER_PE:,} B less {RESERVE_BYTES_PER_PE:,} B of program, "
         "assumed: code_stack_bytes_per_pe"

@@ -3,8 +3,9 @@
 valid load with "input_share must be in [0, 1], got -0.0077" (24 users: -0.0192): the GPUs'
 prompt share, 1 - (the request's bare decode rounds) / (its period), went negative, the bare
 rounds longer than the rounds that carry the other users' prompt tokens. The cause: a round's
-tensor-parallel all-reduce takes the engines' one-shot kernel below 256 KiB at 8 GPUs and the
-two-shot above it, which the links price lower; 20 decode tokens all-reduce 160 KiB, with 19
+tensor-parallel all-reduce takes the engines' one-shot kernel below 256 KiB at 8 GPUs and
+another above it (then the custom two-shot; since review 82 hole 2, vLLM v0.11's torch
+symmetric-memory multimem), which the links price lower; 20 decode tokens all-reduce 160 KiB, with 19
 prompt tokens more 312 KiB. The share is now none below none (`gpus.prompt_share`). Oracles:
 the all-reduce's algorithm by message size, the rounds' times from `micro_times`, the share
 by hand, and the plan's $/M input tokens.
@@ -38,8 +39,9 @@ def test_the_gpus_price_a_load_whose_bare_rounds_are_longer(users):
     # the all-reduce's kernel by message size: a bare round of `users` decode tokens below
     # the one-shot limit, one with the others' users - 1 prompt tokens above it
     d, tp = LLAMA31_8B.d_model, 8
-    assert gpu_links.tp_allreduce_algorithm(users * d * 2, tp) == "one-shot"
-    assert gpu_links.tp_allreduce_algorithm((2 * users - 1) * d * 2, tp) == "two-shot"
+    cap = gpu_spec("h100").compute_capability
+    assert gpu_links.tp_allreduce_algorithm(users * d * 2, tp, cap) == "one-shot"
+    assert gpu_links.tp_allreduce_algorithm((2 * users - 1) * d * 2, tp, cap) == "multimem"
     gpus = GpuServing(LLAMA31_8B, gpu_spec("h100"), num_gpus=8, workload=WORK)
     (one_node,) = [lay for lay in gpus.layouts if (lay.tp, lay.pp) == (tp, 1)]
     times, bare_s, _ = gpus.micro_times(one_node, users)

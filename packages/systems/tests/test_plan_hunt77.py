@@ -187,8 +187,10 @@ def test_gpus_to_match_run_ranks_that_divide_the_batch():
         dtype="bfloat16",
     )  # tco-training's
     choice = ModelChoice("llama-12b", twelve, seq_len=SEQ)
+    # 8 sequences a system, the default batch this case was written at (hunt 82 ranks each
+    # near batch at its fastest micro-batch: the default is 15 a system now)
     plan = plan_train(choice, tokens=2.4e11, spec=preset("wse3"), systems=4,
-                      gpus=TrainGpus(gpus=32))  # fmt: skip
+                      gpus=TrainGpus(gpus=32), batch=TrainBatch(8))  # fmt: skip
     batch, steps, target = plan.inputs["global_batch"], plan.inputs["steps"], plan.wafer.time_s
     m = plan.gpus_to_match
     matched = gpum.train_step(twelve, gpum.H100, num_gpus=m, batch=batch, seq_len=SEQ)

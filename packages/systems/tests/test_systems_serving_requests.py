@@ -178,7 +178,10 @@ def test_wafer_throughput_falls_or_stays_as_the_prompt_grows(case):
     short = _wafer(prompt, output, context)
     users = max(1, round(load * short.max_users))
     plan = short.plans(users)[0]
-    pinned = Regions(layout=short.layout, head_rows=plan.head.region.rows)
+    # the layout of the plan at this load: the most users may be held in the other layout
+    # than one user's (hunt 82 jobs18 H3: (1, 13, 23, 1.0) serves 534 users compact where
+    # one user is banded, and banded holds at most 494)
+    pinned = Regions(layout=plan.layout, head_rows=plan.head.region.rows)
     short, long = (
         _wafer(prompt, output, context, pinned),
         _wafer(prompt + more, output, context, pinned),

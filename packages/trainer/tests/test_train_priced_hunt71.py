@@ -92,13 +92,16 @@ def test_tco_gpu_rows_are_set_by_gpu_train_mfu_and_list_it():
     gpu = base.gpu.system
     days = moved[("time_to_train_days", gpu)]
     # by hand: the 12B's PaLM flops a token (d 5120, 40 layers, 8 KV heads of 128, SwiGLU
-    # 13824, V 128256, 8,192 tokens), 8 x 8,192 tokens a step on 8 H100s, compute-bound
-    # with the ring hidden (at 0.4: 79.1107 days; hunt 80's default 0.39: 81.1391)
+    # 13824, V 128256, 8,192 tokens), the plan's batch of 8,192-token sequences a step (8
+    # until hunt 82 ranked each near batch at its fastest micro-batch, 15 since) on 8 H100s,
+    # compute-bound with the ring hidden (at 0.4: 79.1107 days; hunt 80's default 0.39:
+    # 81.1391)
     d, kv, ff, v, seq = 5120, 1024, 13824, 128256, 8192
     flops = 6 * (40 * (2 * d * d + 2 * d * kv + 3 * d * ff) + d * v) + 12 * 40 * d * seq
-    steps = -(-int(tco.TOKENS) // (8 * seq))
+    batch = base.inputs["global_batch"]
+    steps = -(-int(tco.TOKENS) // (batch * seq))
     for mfu, row in ((gpum.TRAIN_MFU, rows[("time_to_train_days", gpu)]), (0.5, days)):
-        by_hand = steps * 8 * seq * flops / (8 * 989e12 * mfu) / 86400
+        by_hand = steps * batch * seq * flops / (8 * 989e12 * mfu) / 86400
         assert row["value"] == pytest.approx(by_hand, rel=1e-12)
     # the oracle: the GPU step model at MFU 0.5 on the plan's own job, at the wafer's numerics
     h100, _ = gpu_at(gpum.H100, plan.wafer.figures["precision"])
