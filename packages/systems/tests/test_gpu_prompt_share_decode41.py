@@ -5,10 +5,10 @@ prompt share, 1 - (the request's bare decode rounds) / (its period), went negati
 rounds longer than the rounds that carry the other users' prompt tokens. The cause: a round's
 tensor-parallel all-reduce takes the engines' one-shot kernel below 256 KiB at 8 GPUs and
 another above it (then the custom two-shot; since review 82 hole 2, vLLM v0.11's torch
-symmetric-memory multimem), which the links price lower; 20 decode tokens all-reduce 160 KiB, with 19
-prompt tokens more 312 KiB. The share is now none below none (`gpus.prompt_share`). Oracles:
-the all-reduce's algorithm by message size, the rounds' times from `micro_times`, the share
-by hand, and the plan's $/M input tokens.
+symmetric-memory multimem), which the links price lower; 20 decode tokens all-reduce
+160 KiB, with 19 prompt tokens more 312 KiB. The share is now none below none
+(`gpus.prompt_share`). Oracles: the all-reduce's algorithm by message size, the rounds'
+times from `micro_times`, the share by hand, and the plan's $/M input tokens.
 """
 
 from __future__ import annotations

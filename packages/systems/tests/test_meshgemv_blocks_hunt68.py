@@ -77,8 +77,9 @@ def test_at_8_users_the_mesh_program_serves_more_than_one_token_blocks():
     # jobs17, session 81: the plan weighs footprints, 8 users on 256 of the 762 PE rows:
     # 33,768 -> 41,057, the point 50,401 -> 55,116 against the SDK's 51,477 on 512 rows;
     # hunt decode41, session 82: each layer's 6 route resets of 5 colours at an assumed 10
-    # cycles, 3,600 cycles a token over 12 layers: 41,057 -> 38,682, the point 52,999)
-    assert one_token == pytest.approx(38681.8, rel=1e-4)
+    # cycles, 3,600 cycles a token over 12 layers: 41,057 -> 38,682, the point 52,999; hunt
+    # 82 jobs18: each fabric message in whole wavelets, 38,682 -> 38,657)
+    assert one_token == pytest.approx(38656.7, rel=1e-4)
     assert point.layout["prompt_block_tokens"] > 1
     assert point.aggregate_tokens_per_s > one_token
     # the faster decode program no longer serves less than the SDK's at this load (50,105
