@@ -233,11 +233,9 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool,
     row from its PE to the first stage's top row and, with `token_out`, the token's trip to
     the host (`token_out_work`)."""
     head, b, d = plan.head.region, plan.bytes_per_param, shape.d_model
+    row = wavelets(math.ceil(d / head.cols), b)  # a PE's share of the embedding row
     embed = Work(
-        links={
-            "S": wavelets(math.ceil(d / head.cols), b),
-            "ramp": wavelets(math.ceil(d / head.cols), b),
-        },
+        links={"S": row, "ramp": row},
         latency_hops=float(head.rows + head.cols),
         relay_stages=2.0,  # the argmax's PE to the embedding row's, that one to the top row
         task_activations=1.0,

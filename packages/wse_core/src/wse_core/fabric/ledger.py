@@ -68,8 +68,6 @@ __all__ = [
 
 # direction -> (grid axis, sign): sign +1 means PE i receives from PE i - distance.
 DIRECTIONS = {"N": (0, -1), "S": (0, +1), "E": (1, +1), "W": (1, -1)}
-# bytes of one wavelet, the fabric's unit (`wse_core.cost.collectives.WAVELET_BYTES`)
-WAVELET_BYTES = collectives.WAVELET_BYTES
 
 
 def words_per_pe(x, dtype=None, values: int = 1) -> float:
@@ -78,9 +76,9 @@ def words_per_pe(x, dtype=None, values: int = 1) -> float:
     op carries (`_examples`, each its own message). A PE's message is whole wavelets: its
     bytes packed, rounded up (hunt 81: one fp16 was half a word, one bool a quarter,
     though the fabric moves nothing smaller than a wavelet)."""
+    n = values * int(np.prod(x.shape[2:], dtype=np.int64))
     width = np.dtype(dtype or x.dtype).itemsize
-    message = values * int(np.prod(x.shape[2:], dtype=np.int64)) * width
-    return float(-(-message // WAVELET_BYTES)) * _examples(x)
+    return float(collectives.wavelets(n, width)) * _examples(x)
 
 
 def _examples(x) -> int:
