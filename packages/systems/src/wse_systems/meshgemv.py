@@ -63,7 +63,7 @@ from __future__ import annotations
 import math
 
 from wse_core.cost.assumptions import register_system_constant, system_constant
-from wse_core.cost.collectives import wavelets
+from wse_core.cost.collectives import two_tree_allreduce
 from wse_core.cost.mechanisms import Constant
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.divisors import divisors
@@ -149,41 +149,10 @@ def route_resets(reconfigs: float = RECONFIGS_PER_LAYER) -> Work:
     return Work(fixed_cycles=reconfigs * COLOURS_PER_RECONFIG * route_reset_cycles())
 
 
-def _chain(p: int) -> tuple[int, int]:
-    """(root index, the longer side's length) of a line of p PEs reduced to its middle."""
-    root = p // 2
-    return root, max(root, p - 1 - root)
-
-
-def _sides(p: int) -> int:
-    """The root's receives: one per side that has PEs."""
-    root = p // 2
-    return int(root > 0) + int(root < p - 1)
-
-
 def _allreduce(a: int, groups: int, nt: int, bytes_per_value: int) -> tuple[tuple[str, Work], ...]:
-    dt, words = value_dtype(bytes_per_value), wavelets(nt, bytes_per_value)  # whole ones
-    m = a // groups
-    r1, h1 = _chain(m)
-    r2, h2 = _chain(groups)
-    root = r2 * m + r1
-    add = lambda k: (Op("add", dt, nt, count=k, fabric_in=True),) if k and nt else ()  # noqa: E731
-    first = Work(
-        ops=add(_sides(m)), links={"ramp": _sides(m) * words}, latency_hops=h1, relay_stages=h1
-    )
-    second = Work(
-        ops=add(_sides(groups)),
-        links={"ramp": _sides(groups) * words},
-        latency_hops=h2 * m,
-        relay_stages=h2,
-    )
-    bcast = Work(
-        ops=(Op("move", dt, nt, mem_writes=0.0),) if a > 1 and nt else (),
-        links={"ramp": words} if a > 1 else {},
-        latency_hops=float(max(root, a - 1 - root)),
-        relay_stages=1.0 if a > 1 else 0.0,
-    )
-    return (("reduce_group", first), ("reduce_groups", second), ("broadcast", bcast))
+    """The allreduce of the module contract (`wse_core.cost.collectives.two_tree_allreduce`:
+    the calibration prices WaferLLM's measured MeshGEMV rows with the same counts)."""
+    return two_tree_allreduce(a, groups, nt, bytes_per_value, value_dtype(bytes_per_value))
 
 
 _BEST: dict[tuple, int] = {}  # by (a, nt, bytes, the model's constants)

@@ -25,6 +25,16 @@ figure and its role):
   WSE-2, P = 4, f32 tiles 14 x 14 x 14: the main task's 45,783 cycles for 784 FMACS of
   length 14 and 800 task switches; docs/references/calibration-rows.md cites it): fits
   `task_activation_cycles`.
+- WaferLLM's MeshGEMV measured on a CS-3 (third-party hardware runs published with their
+  inputs: FxPiGaAo/WaferLLM `MeshGEMV/WSE-3/wse_result.json`; `MESHGEMV_WSE3`, the data file
+  `waferllm_meshgemv_wse3.csv` beside this module): priced on the `wse3` preset as the kernel
+  runs (`meshgemv_row_phases`). The Mt = Nt = 1 rows at P = 16 and 80 (group_num 2, 4, 8)
+  and at P = 144, 336, 528, 720 (`MESHGEMV_FITTED`) fit CS-3's `hop_latency_cycles` and
+  `ramp_latency_cycles` (least squares on relative residuals, with the rows' intercept: the
+  cycles per GEMV call that no mechanism prices, fitted beside them and priced nowhere else,
+  so that neither constant carries it); the other rows are checks. These are the only
+  per-wafer fitted constants (`Calibration.by_system`: a spec of system CS-3 prices them;
+  WSE-2 and WSE-1 keep the sourced values, and every WSE-2 row above is priced as before).
 - Checks (nothing fitted on them): lingzhi227/MIMD_dataflow's @fmacs instruction trace (WSE-2
   simulator: one fp32 element per cycle, the width `fp32_mul_width` prices); Rocki et al.
   (SC20): a wafer-wide allreduce "about 10% greater than the diameter" in cycles, on the
@@ -37,6 +47,10 @@ solved as one system). `leave_one_out()` refits without each
 fitted row and predicts it; `current(overrides=...)` refits with a row's published figure
 changed, which is how a test shows that the leave-one-out can fail.
 
+The CS-3 constants are fitted after the WSE-2 ones (their rows are priced with the WSE-2
+fit's dsd_issue_cycles in place), and are left out of a spec that gives its own value
+(a spec file's, `--set`'s or `--assume`'s: `Calibration.for_spec`).
+
 Luczynski et al.'s measured reduce cycle counts (REFERENCES.md's calibration set) are not
 rows here: the stored corpus held only secondary summaries of the paper (its model, T_R and
 the 1-cycle hop), which `wse_core.cost.mechanisms` uses as sources.
@@ -44,12 +58,16 @@ the 1-cycle hop), which `wse_core.cost.mechanisms` uses as sources.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
+from pathlib import Path
 
 from wse_core.cost.mechanisms import CORE_MECHANISMS
-from wse_core.cost.pricing import Phases, Pricing
+from wse_core.cost.collectives import two_tree_allreduce
+from wse_core.cost.pricing import Phase, Phases, Pricing, serial
 from wse_core.cost.reads import recorded_fit
 from wse_core.cost.stencil import wave_step_phases
 from wse_core.cost.work import Op, Work
@@ -73,6 +91,12 @@ __all__ = [
     "FMACS_TRACE_ELEMENTS_PER_CYCLE",
     "DECODE_8B_TOKENS_PER_S",
     "ALLREDUCE_OVER_DIAMETER",
+    "MESHGEMV_WSE3",
+    "MESHGEMV_FITTED",
+    "MESHGEMV_SOURCE",
+    "SYSTEM_FITTED",
+    "meshgemv_row_phases",
+    "meshgemv_case",
 ]
 
 # Jacquelin et al., Table II (docs/references/calibration-rows.md): WSE-2, nz = 1000, 1000 steps:
@@ -100,6 +124,39 @@ FMACS_TRACE_ELEMENTS_PER_CYCLE = 1.0
 FITTED = ("dsd_issue_cycles", "router_switch_cycles", "task_activation_cycles")
 BUSY_CASE = "stencil25 600x600 busy"
 SUMMA_CASE = "summa gemm P4 14x14x14"
+# WaferLLM's MeshGEMV measured on a CS-3 by a third party (module docstring; the data file's
+# header cites repository, file and commit): (P, M, N, group_num, mean cycles, log file).
+MESHGEMV_SOURCE = {
+    "repository": "FxPiGaAo/WaferLLM",
+    "file": "MeshGEMV/WSE-3/wse_result.json",
+    "commit": "5c6705353f956012b974d54c42916f091322f136",
+    "logs": "MeshGEMV/WSE-3/wse_in_out/outputs/",
+}
+_MESHGEMV_FILE = Path(__file__).with_name("waferllm_meshgemv_wse3.csv")
+
+
+def _meshgemv_rows() -> tuple[tuple[int, int, int, int, float, str], ...]:
+    lines = [x for x in _MESHGEMV_FILE.read_text().splitlines() if not x.startswith("#")]
+    return tuple((int(r["P"]), int(r["M"]), int(r["N"]), int(r["group_num"]),
+                  float(r["mean_cycle_count"]), r["log_file"])
+                 for r in csv.DictReader(lines))  # fmt: skip
+
+
+MESHGEMV_WSE3 = _meshgemv_rows()
+# The rows that fit CS-3's constants: Mt = Nt = 1 (one FMAC DSD of one element: the
+# allreduce's latency is the GEMV) across P, and the group_num series that separates a hop
+# from a relay stage (at P = 80: g = 2, 4, 8 move the hops by 20, 10 and the relays by 9, 3).
+# (P, group_num); every other row of MESHGEMV_WSE3 is a check.
+MESHGEMV_FITTED = ((16, 2), (16, 4), (16, 8), (80, 2), (80, 4), (80, 8),
+                   (144, 8), (336, 8), (528, 8), (720, 8))  # fmt: skip
+# The system whose wafer the rows were measured on, and the fields they fit on it.
+MESHGEMV_SYSTEM = "CS-3"
+SYSTEM_FITTED = {MESHGEMV_SYSTEM: ("hop_latency_cycles", "ramp_latency_cycles")}
+MESHGEMV_ROWS_TEXT = (
+    "WaferLLM MeshGEMV on a CS-3 (FxPiGaAo/WaferLLM MeshGEMV/WSE-3/wse_result.json @5c67053; "
+    "third-party hardware runs): Mt = Nt = 1 rows at P = 16, 80 (group_num 2, 4, 8), 144, "
+    "336, 528, 720, least squares"
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -117,11 +174,30 @@ class Calibration:
     wafer: str = ""
     clock_hz: float = 0.0
     wafer_assumed: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # fitted spec fields of one system's wafer only (system -> field -> value; `for_spec`),
+    # the rows each was fitted on, and each source's intercept: cycles per measured call no
+    # mechanism prices, fitted beside them and priced in that source's rows only
+    by_system: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    system_fitted_on: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    intercepts: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def for_spec(self, spec: WaferSpec) -> dict[str, float]:
+        """The fitted fields priced on `spec`: `values`, and its system's (`by_system`) where
+        the spec holds the preset's prior (a spec file's or `--set`'s own value is kept) and
+        no active assumption gives the field (`--assume hop_latency_cycles=1` prices 1)."""
+        from wse_core.cost.assumptions import active
+
+        given = active()
+        prior = {f.name: f.default for f in dataclasses.fields(WaferSpec)}
+        own = {k: v for k, v in self.by_system.get(spec.system, {}).items()
+               if k not in given and getattr(spec, k) == prior[k]}  # fmt: skip
+        return {**self.values, **own}
 
     def to_dict(self) -> dict[str, object]:
         """Every field by name, its mappings as dicts (results.json's "calibration")."""
         fields = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
-        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in fields}
+        plain = lambda v: {k: plain(x) for k, x in v.items()} if isinstance(v, Mapping) else v  # noqa: E731
+        return {k: plain(v) for k, v in fields}
 
     def on_wafer(self) -> str:
         """ "wse2 at 8.5e+08 Hz", with the `calibration.KEY` assumptions on it if any."""
@@ -139,6 +215,11 @@ class Calibration:
             f"{k} = {v:.4g} {CONSTANTS[k].units} (fitted on {self.fitted_on.get(k, '?')})"
             for k, v in self.values.items()
         ]
+        parts += [
+            f"{k} = {v:.4g} {CONSTANTS[k].units} on {system} (fitted on "
+            f"{self.system_fitted_on.get(k, '?')})"
+            for system, fit in self.by_system.items() for k, v in fit.items()
+        ]  # fmt: skip
         sets = ", ".join(f"{k} = {v:g}" for k, v in self.settings.items())
         return "; ".join(parts) + (f"; settings: {sets}" if sets else "") + (
             f"; rows priced on {self.on_wafer()}" if self.wafer else "") + (
@@ -214,6 +295,73 @@ def summa_work() -> Work:
 
 def _summa_cycles(cal: Calibration) -> float:
     return Pricing(_wse("wse2"), cal).cost(summa_work()).cycles
+
+
+def meshgemv_row_phases(p: int, m: int, n: int, groups: int) -> Phases:
+    """One measured MeshGEMV as the kernel runs it on the allreduce's root of a p x p region
+    (`wse_systems.meshgemv.meshgemv_phases` with reduce_axis "rows", 16-bit values: the same
+    counts): `@fmovh` zero of Nt, Mt FMAC DSDs of Nt (2 reads and a write an element), then
+    `two_tree_allreduce` over the p PEs of a column in `groups` groups."""
+    kt, nt = math.ceil(m / p), math.ceil(n / p)
+    zero = Work(ops=(Op("move", "fp16", nt, mem_reads=0.0),), sram_write_bytes=nt * 2)
+    gemv = Work(ops=(Op("fmac", "fp16", nt, count=kt),), sram_read_bytes=2 * kt * nt * 2,
+                sram_write_bytes=kt * nt * 2)  # fmt: skip
+    reduce = two_tree_allreduce(p, groups, nt, 2, "fp16")
+    parts = (("zero", zero), ("gemv", gemv), *reduce)
+    return serial(*(Phase(name, w) for name, w in parts), name="meshgemv")
+
+
+def _gemv_case(r: tuple) -> str:
+    return f"meshgemv wse3 P{r[0]} M{r[1]} N{r[2]} g{r[3]}"
+
+
+def _gemv_fits(r: tuple) -> bool:
+    return r[1] == r[0] and r[2] == r[0] and (r[0], r[3]) in MESHGEMV_FITTED
+
+
+def meshgemv_case(cal: Calibration | None = None) -> tuple[WaferSpec, Calibration]:
+    """The wafer the MeshGEMV rows are priced on (`calibration_spec("wse3")` with CS-3's
+    fitted fields in place) and the calibration to price it with (its `values`)."""
+    cal = cal or current()
+    spec = _wse("wse3")
+    return spec.replace(**cal.by_system.get(MESHGEMV_SYSTEM, {})), Calibration(values=cal.values)
+
+
+def _gemv_cycles(spec: WaferSpec, cal: Calibration, r: tuple, intercept: float) -> float:
+    timing = Pricing(spec, cal).evaluate(meshgemv_row_phases(*r[:4]))
+    return timing.seconds * spec.clock_hz + intercept
+
+
+def _fit_meshgemv(cal: Calibration, excluded: frozenset[str], published: Mapping[str, float]):
+    """CS-3's hop and ramp latencies and the rows' intercept: least squares on the fitted
+    rows' relative residuals (the rows are linear in the three while no bound changes, so
+    Gauss-Newton with a finite-difference Jacobian converges in a step or two); none are
+    negative and a hop takes at least its limit's cycle."""
+    import numpy as np
+
+    from wse_core.cost.mechanisms import CONSTANTS
+
+    fit = [r for r in MESHGEMV_WSE3 if _gemv_fits(r) and _gemv_case(r) not in excluded]
+    if len(fit) < 3:  # three unknowns
+        return {}, 0.0
+    base, priced = _wse("wse3"), Calibration(values=cal.values)
+    figures = np.array([published.get(_gemv_case(r), r[4]) for r in fit])
+    low = np.array([CONSTANTS["hop_latency_cycles"].limits[0], 0.0, 0.0])
+
+    def residual(x) -> np.ndarray:
+        spec = base.replace(hop_latency_cycles=float(x[0]), ramp_latency_cycles=float(x[1]))
+        return np.array([_gemv_cycles(spec, priced, r, float(x[2])) for r in fit]) / figures - 1
+
+    x = np.array([base.hop_latency_cycles, base.ramp_latency_cycles, 0.0])
+    for _ in range(20):
+        r0 = residual(x)
+        jac = np.column_stack([(residual(x + e) - r0) for e in np.eye(3)])  # linear: step 1
+        step = np.linalg.lstsq(jac, r0, rcond=None)[0]
+        x = np.maximum(x - step, low)
+        if np.max(np.abs(step)) < 1e-9:
+            break
+    keys = SYSTEM_FITTED[MESHGEMV_SYSTEM]
+    return dict(zip(keys, (float(v) for v in x[:2]), strict=True)), float(x[2])
 
 
 def _table_rows(excluded: frozenset[str], published: Mapping[str, float]):
@@ -295,9 +443,14 @@ def _fit(excluded: frozenset[str] = frozenset(), published: Mapping[str, float] 
               if abs(m := model(cal) / figure - 1.0) > 1e-6}  # fmt: skip
     on_wafer = {k.removeprefix(CALIBRATION_PREFIX): v for k, v in pinned.items()
                 if k.startswith(CALIBRATION_PREFIX)}  # fmt: skip
+    wse3, intercept = _fit_meshgemv(cal, excluded, published)
+    by_system = {MESHGEMV_SYSTEM: FrozenMapping(wse3)} if wse3 else {}
     return dataclasses.replace(
         cal, settings=FrozenMapping(settings), misses=FrozenMapping(misses),
         wafer="wse2", clock_hz=_wse("wse2").clock_hz, wafer_assumed=FrozenMapping(on_wafer),
+        by_system=FrozenMapping(by_system),
+        system_fitted_on=FrozenMapping(dict.fromkeys(wse3, MESHGEMV_ROWS_TEXT)),
+        intercepts=FrozenMapping({"meshgemv wse3": intercept} if wse3 else {}),
     )  # fmt: skip
 
 
@@ -368,6 +521,22 @@ def rows(
                    "check", "compute"))  # fmt: skip
     model_c, published_c = _allreduce_cycles(cal)
     out.append(row("allreduce wse1 scalar", "cycles", published_c, model_c, "check", "latency"))
+    return out + _gemv_rows(cal, pub)
+
+
+def _gemv_rows(cal: Calibration, pub: Mapping[str, float]) -> list[dict[str, object]]:
+    """The MeshGEMV rows (cycles of one GEMV, the rows' intercept included), each fitting
+    CS-3's hop and ramp latencies or a check."""
+    spec, priced = meshgemv_case(cal)
+    fitted = SYSTEM_FITTED[MESHGEMV_SYSTEM]
+    fits = f"fits {', '.join(fitted)} on {MESHGEMV_SYSTEM}"
+    intercept = cal.intercepts.get("meshgemv wse3", 0.0)
+    out = []
+    for r in MESHGEMV_WSE3:
+        role = fits if _gemv_fits(r) and MESHGEMV_SYSTEM in cal.by_system else "check"
+        case = _gemv_case(r)
+        model = _gemv_cycles(spec, priced, r, intercept)
+        out.append(row(case, "cycles", pub.get(case, r[4]), model, role, "latency"))
     return out
 
 
@@ -390,7 +559,9 @@ def leave_one_out(published: Mapping[str, float] | None = None) -> list[dict[str
                 "model": r["model"],
                 "model_without_row": pred["model"],
                 "error_without_row": float(pred["ratio"]) - 1.0,  # type: ignore[arg-type]
-                "values_without_row": dict(loo.values),
+                "values_without_row": {**loo.values, **{
+                    f"{k} on {system}": v for system, fit in loo.by_system.items()
+                    for k, v in fit.items()}},  # fmt: skip
             }
         )
     return out

@@ -59,7 +59,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from wse_core.cost.work import Work
+from wse_core.cost.work import Op, Work
 from wse_core.hw.defects import Remap
 from wse_core.hw.spec import WaferSpec
 
@@ -81,6 +81,7 @@ __all__ = [
     "reduction",
     "WAVELET_BYTES",
     "wavelets",
+    "two_tree_allreduce",
 ]
 
 # bytes of one wavelet, the fabric's unit: "32-bit messages, called wavelets" (Cerebras SDK
@@ -94,6 +95,51 @@ def wavelets(values: float, bytes_per_value: float) -> int:
     a traced message so since hunt 81; hunt 82, jobs18 L3: the systems pricers counted 25
     fp16 values as 12.5 words)."""
     return math.ceil(values * bytes_per_value / WAVELET_BYTES)
+
+
+def _chain(p: int) -> tuple[int, int]:
+    """(root index, the longer side's length) of a line of p PEs reduced to its middle."""
+    root = p // 2
+    return root, max(root, p - 1 - root)
+
+
+def _sides(p: int) -> int:
+    """The root's receives: one per side that has PEs."""
+    root = p // 2
+    return int(root > 0) + int(root < p - 1)
+
+
+def two_tree_allreduce(
+    a: int, groups: int, nt: int, bytes_per_value: int, dtype: str
+) -> tuple[tuple[str, Work], ...]:
+    """WaferLLM's `two_tree_allreduce` of `nt` values of `dtype` over a line of `a` PEs in
+    `groups` groups, on its root (`wse_systems.meshgemv` states it; the calibration prices
+    its measured MeshGEMV rows with it, `wse_core.cost.calibration`): the chain to each
+    group's root (reduce_group), the chain over the group roots (reduce_groups) and the
+    root's multicast both ways (broadcast), each as its ops, ramp wavelets, hops and relay
+    stages."""
+    words = wavelets(nt, bytes_per_value)  # whole ones
+    m = a // groups
+    r1, h1 = _chain(m)
+    r2, h2 = _chain(groups)
+    root = r2 * m + r1
+    add = lambda k: (Op("add", dtype, nt, count=k, fabric_in=True),) if k and nt else ()  # noqa: E731
+    first = Work(
+        ops=add(_sides(m)), links={"ramp": _sides(m) * words}, latency_hops=h1, relay_stages=h1
+    )
+    second = Work(
+        ops=add(_sides(groups)),
+        links={"ramp": _sides(groups) * words},
+        latency_hops=h2 * m,
+        relay_stages=h2,
+    )
+    bcast = Work(
+        ops=(Op("move", dtype, nt, mem_writes=0.0),) if a > 1 and nt else (),
+        links={"ramp": words} if a > 1 else {},
+        latency_hops=float(max(root, a - 1 - root)),
+        relay_stages=1.0 if a > 1 else 0.0,
+    )
+    return (("reduce_group", first), ("reduce_groups", second), ("broadcast", bcast))
 
 
 ALGORITHMS = ("star", "chain", "tree", "two_phase")

@@ -329,7 +329,7 @@ class Pricing:
         memo = self.__dict__.get("_rates_memo")
         if memo is None or memo[0] != state:  # by value: each state builds its rates once
             cal = self.calibration_in_force()
-            values = {**(cal.values if cal is not None else {}), **held()}
+            values = {**(cal.for_spec(self.spec) if cal is not None else {}), **held()}
             memo = (dict(state), self.spec.replace(**values) if values else self.spec)
             object.__setattr__(self, "_rates_memo", memo)  # frozen: a cache, not a field
             warn_unapplied(self.spec)  # hunt 77: a wafer field assumed that the spec lacks
