@@ -7,14 +7,16 @@ grids of Jacquelin et al. Table II (Gcell/s; they fit `router_switch_cycles`), t
 busy profile at 600 x 600 (fits `dsd_issue_cycles`), the SDK-simulator SUMMA GEMM of
 Wang-oss-tech/csl-experiments (cycles; fits `task_activation_cycles`), lingzhi227/MIMD_dataflow's
 @fmacs trace (elements per cycle, a check), Rocki et al.'s allreduce at about 1.1 x the
-diameter (a check of the sourced fabric constants), Llama 3.1 8B batch-1 decode on one
+diameter (a check of the sourced fabric constants), WaferLLM's MeshGEMV measured on a CS-3
+by a third party (cycles of one GEMV; ten fit CS-3's hop and ramp latencies, eighteen are
+checks: `wse_core.cost.calibration.MESHGEMV_FITTED`), Llama 3.1 8B batch-1 decode on one
 WSE-3 (tokens/s, a check; the published setup, `wse_systems.published.PUBLISHED_SETUP`, on the
 plan `wse plan infer` serves it on, with the assumptions that move it and that no row
 identifies swept beside it: `params["swept ..."]`, `wse_systems.published.check_sweeps`). Each
 row says its role and carries its cycles by mechanism and what its own pricing read (`_priced`,
 `read_by`), not the whole run's.
 
-Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2 with
+Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2 and WSE-3 with
 the fitted ones in place, units, mechanism, basis, and its source or the rows that fit it)
 and `leave_one_out` rows (each fitted row left out: the refitted values and the row
 predicted with them). Both tables read in one sense (hunt 73: the rows' ratio was taken on
@@ -33,11 +35,13 @@ from __future__ import annotations
 
 from wse_core.cost.assumptions import value_of
 from wse_core.cost.calibration import (
+    MESHGEMV_WSE3,
     STENCIL_NZ,
     STENCIL_STEPS,
     STENCIL_TABLE_II,
     current,
     leave_one_out,
+    meshgemv_row_case,
     rows,
 )
 from wse_core.cost.mechanisms import CONSTANTS
@@ -50,6 +54,8 @@ from wse_systems.published import check_sweeps, decode_case, decode_check_row, s
 
 __all__ = ["run", "run_predictions", "constants_table"]
 
+# The MeshGEMV rows by case name (P, M, N, group_num, cycles, log file).
+_GEMV = {meshgemv_row_case(r): r for r in MESHGEMV_WSE3}
 # Table II's own Gcell/s column, in the order of STENCIL_TABLE_II (references/calibration-rows.md).
 TABLE_II_GCELLS = (533.64, 2097.60, 4731.53, 4956.17, 5945.40, 8922.08, 9782.14, 9862.78)
 # Where each row's figure comes from; its role (which constant it fits, or "check") is the
@@ -60,6 +66,9 @@ SOURCES = {
     "allreduce": "Rocki et al., SC20, arXiv:2010.03660 (calibration set)",
     "simulator": "Wang-oss-tech/csl-experiments (SUMMA) and lingzhi227/MIMD_dataflow "
     "(@fmacs trace), SDK simulator, WSE-2 (calibration set; docs/references/calibration-rows.md)",
+    "meshgemv": "FxPiGaAo/WaferLLM MeshGEMV/WSE-3/wse_result.json @5c6705353f95, WaferLLM's "
+    "MeshGEMV measured on a CS-3 by a third party (calibration set; "
+    "docs/references/calibration-rows.md)",
     "llama3.1-8b": "Cerebras, Hot Chips 2024 / launch 2024-08-27, measured by Artificial "
     "Analysis (API output speed; wse_systems.published.PUBLISHED_SETUP) (calibration set)",
 }
@@ -93,6 +102,11 @@ def _priced(case: str) -> tuple[dict[str, float] | None, Reads]:
         elif case.startswith("allreduce"):
             spec, work = cal.allreduce_case(current())
             mech = PerfModel(spec).cost(work).timed_mechanisms()
+        elif case.startswith("meshgemv"):
+            r = _GEMV[case]
+            spec, priced = cal.meshgemv_case(current())
+            phases = cal.meshgemv_row_phases(*r[:4])
+            mech = PerfModel(spec, priced).evaluate(phases).by_mechanism()
         elif case.startswith("summa"):
             mech = PerfModel(calibration_spec("wse2")).cost(cal.summa_work()).timed_mechanisms()
         else:
@@ -136,6 +150,12 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
             params |= {"wafer": "wse2", "per": "run" if case.startswith("summa") else "cycle"}
             value, pub_value, unit = model, pub, str(row["quantity"])
             name, src = case.replace(" ", "_"), SOURCES["simulator"]
+        elif case.startswith("meshgemv"):
+            p, m, n, g, _, log = _GEMV[case]
+            params |= {"wafer": "wse3", "P": p, "M": m, "N": n, "group_num": g, "per": "gemv",
+                       "log": log}  # fmt: skip
+            value, pub_value, unit, name = model, pub, "cycles", "meshgemv_cycles"
+            src = SOURCES["meshgemv"]
         elif case.startswith("allreduce"):
             params |= {"wafer": "wse1", "words": 1, "per": "allreduce"}
             value, pub_value, unit, name = model, pub, "cycles", "allreduce_cycles"
@@ -150,21 +170,26 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
 
 
 def constants_table() -> list[dict[str, object]]:
-    """Every constant: its value on WSE-2 (fitted ones as the calibration sets them),
+    """Every constant: its value on WSE-2 and on WSE-3 (fitted ones as the calibration sets
+    them: CS-3's hop and ramp latencies are fitted on its own rows),
     units, mechanism, basis, and its source or the rows that fit it."""
     from wse_core.cost.assumptions import calibration_spec
 
     cal = current()
     rates = PerfModel(calibration_spec("wse2")).rates  # the calibration's WSE-2 (hunt 66)
+    rates3 = PerfModel(calibration_spec("wse3")).rates  # CS-3's fitted fabric constants
+    on = {k: f"on WSE-3: {rows}" for k, rows in cal.system_fitted_on.items()}
     return [
         {
             "kind": "constant",
             "constant": key,
             "value_wse2": value_of(rates, key),
+            "value_wse3": value_of(rates3, key),
             "units": c.units,
             "mechanism": c.mechanism,
             "basis": c.basis,
-            "source_or_rows": cal.fitted_on.get(key, c.source),
+            "source_or_rows": cal.fitted_on.get(key, c.source) + (
+                f"; {on[key]}" if key in on else ""),
         }
         for key, c in CONSTANTS.items()
     ]

@@ -97,6 +97,7 @@ __all__ = [
     "SYSTEM_FITTED",
     "meshgemv_row_phases",
     "meshgemv_case",
+    "meshgemv_row_case",
 ]
 
 # Jacquelin et al., Table II (docs/references/calibration-rows.md): WSE-2, nz = 1000, 1000 steps:
@@ -311,7 +312,8 @@ def meshgemv_row_phases(p: int, m: int, n: int, groups: int) -> Phases:
     return serial(*(Phase(name, w) for name, w in parts), name="meshgemv")
 
 
-def _gemv_case(r: tuple) -> str:
+def meshgemv_row_case(r: tuple) -> str:
+    """A MeshGEMV row's case name ("meshgemv wse3 P80 M80 N80 g2") from its (P, M, N, g)."""
     return f"meshgemv wse3 P{r[0]} M{r[1]} N{r[2]} g{r[3]}"
 
 
@@ -341,11 +343,11 @@ def _fit_meshgemv(cal: Calibration, excluded: frozenset[str], published: Mapping
 
     from wse_core.cost.mechanisms import CONSTANTS
 
-    fit = [r for r in MESHGEMV_WSE3 if _gemv_fits(r) and _gemv_case(r) not in excluded]
+    fit = [r for r in MESHGEMV_WSE3 if _gemv_fits(r) and meshgemv_row_case(r) not in excluded]
     if len(fit) < 3:  # three unknowns
         return {}, 0.0
     base, priced = _wse("wse3"), Calibration(values=cal.values)
-    figures = np.array([published.get(_gemv_case(r), r[4]) for r in fit])
+    figures = np.array([published.get(meshgemv_row_case(r), r[4]) for r in fit])
     low = np.array([CONSTANTS["hop_latency_cycles"].limits[0], 0.0, 0.0])
 
     def residual(x) -> np.ndarray:
@@ -534,7 +536,7 @@ def _gemv_rows(cal: Calibration, pub: Mapping[str, float]) -> list[dict[str, obj
     out = []
     for r in MESHGEMV_WSE3:
         role = fits if _gemv_fits(r) and MESHGEMV_SYSTEM in cal.by_system else "check"
-        case = _gemv_case(r)
+        case = meshgemv_row_case(r)
         model = _gemv_cycles(spec, priced, r, intercept)
         out.append(row(case, "cycles", pub.get(case, r[4]), model, role, "latency"))
     return out

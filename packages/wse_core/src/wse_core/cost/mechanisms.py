@@ -23,6 +23,10 @@ A kernel pays a constant only by counting its mechanism in `wse_core.cost.perf.W
     host_io                          host_io_bytes_per_s, system_latency_s  Work.host_io_bytes,
                                                                     Work.system_hops
 
+`hop_latency_cycles` and `ramp_latency_cycles` are `sourced` on WSE-2 and WSE-1 and fitted on a
+CS-3's wafer only (`wse_core.cost.calibration.SYSTEM_FITTED`: WaferLLM's MeshGEMV measured on
+a CS-3; `Calibration.for_spec` puts them in a spec whose `system` is CS-3).
+
 Bases: `published` (a vendor or SDK figure), `sourced` (a paper's text, cited), `inferred`
 (read from public material by us; the reasoning is in `source`), `assumed` (no public figure:
 swept), `fitted` (by `wse_core.cost.calibration` on the rows named in `source`; the preset value
@@ -111,7 +115,8 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             # hunt 81: 0 was taken; a router forwards a wavelet a cycle, so a hop takes one
             limits=(1.0, 1000.0),
             source="Luczynski et al. (1 cycle per link traversal); SDK scripts correct clocks "
-            "by 1 cycle per hop (a simulator trace shows 2)",
+            "by 1 cycle per hop (a simulator trace shows 2); on a CS-3 fitted instead "
+            "(wse_core.cost.calibration: WaferLLM's MeshGEMV measured on a CS-3, about 2)",
             sweep=(1.0, 1.5, 2.0),
         ),
         "ramp_latency_cycles": _C(
@@ -120,7 +125,9 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             "2 T_R + 1 (up the ramp, down the ramp, one cycle in the core)",
             basis="sourced",
             limits=(0.0, 1000.0),
-            source="Luczynski et al.: T_R ~ 2 cycles on WSE-2 (earlier literature said 7)",
+            source="Luczynski et al.: T_R ~ 2 cycles on WSE-2 (earlier literature said 7); on a "
+            "CS-3 fitted instead (wse_core.cost.calibration: WaferLLM's MeshGEMV measured on "
+            "a CS-3, about 4.3)",
             sweep=(1.0, 2.0, 3.0, 7.0),
         ),
         "link_bytes_per_cycle": _C(
