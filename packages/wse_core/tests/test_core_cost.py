@@ -116,7 +116,8 @@ def test_phase_sum_and_overlap():
 
 
 def test_every_fitted_calibration_row_within_five_percent_and_checks_within_ten():
-    table = rows()
+    # (WaferLLM's MeshGEMV rows on a CS-3 have their own test: test_calibration_meshgemv_wse3)
+    table = [r for r in rows() if not str(r["case"]).startswith("meshgemv")]
     fitted = [r for r in table if str(r["role"]).startswith("fits")]
     # Eight Table II grids fit router_switch_cycles, the busy share dsd_issue_cycles, the
     # SDK-simulator SUMMA run task_activation_cycles.
