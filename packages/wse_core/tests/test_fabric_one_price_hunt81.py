@@ -82,8 +82,12 @@ def test_the_experiment_prices_what_a_kernel_pays():
     model = PerfModel(spec)
     ar = _count(w, lambda v, a: fabric.allreduce(v, a, "sum"), (16,))
     shift = _count(w, lambda v, a: fabric.shift(v, a, "E"), (16,))
-    assert rows["allreduce"] == model.cost(Work.from_traffic(ar)).cycles == 144  # was 96
-    assert rows["shift"] == model.cost(Work.from_traffic(shift, exchanges=1)).cycles == 22
+    # at WSE-3's fitted hop h and relay 2 T_R + 1 (CS-3's MeshGEMV rows; 1 and 5 before)
+    h, relay = model.rates.hop_latency_cycles, 2 * model.rates.ramp_latency_cycles + 1
+    assert rows["allreduce"] == model.cost(Work.from_traffic(ar)).cycles
+    assert rows["allreduce"] == pytest.approx(80 + 14 * h + 10 * relay)  # 144 at 1 and 5
+    assert rows["shift"] == model.cost(Work.from_traffic(shift, exchanges=1)).cycles
+    assert rows["shift"] == pytest.approx(16 + h + relay)  # 22 at 1 and 5
 
 
 def test_the_7x9_allreduce_by_hand():
@@ -96,7 +100,11 @@ def test_the_7x9_allreduce_by_hand():
     w = build_wafer(assumed_spec("wse3"), grid=(7, 9), defect_seed=0)
     t = _count(w, lambda v, a: fabric.allreduce(v, a, "sum"), (16,))
     assert (t.links["ramp"], t.latency_hops, t.relay_stages) == (80, 14, 10)
-    assert PerfModel(w.spec).cost(Work.from_traffic(t)).cycles == 80 + 14 + 50
+    rates = PerfModel(w.spec).rates  # WSE-3's fitted hop and relay (1 and 5 give 144)
+    h, relay = rates.hop_latency_cycles, 2 * rates.ramp_latency_cycles + 1
+    assert PerfModel(w.spec).cost(Work.from_traffic(t)).cycles == pytest.approx(
+        80 + 14 * h + 10 * relay
+    )
 
 
 def _walk(remap, rows, cols, axes, back):

@@ -236,12 +236,14 @@ def note_work(work: Work, s: Any, c: Mapping[str, float], calibration: Any) -> N
     """Note what pricing `work` on `s` (the spec with the fitted constants in place) into the
     mechanism cycles `c` read, and whether each constant's sweep moves the phase."""
     base = _phase(c, s.overlap)
+    # a system's own fitted fields (CS-3's hop and ramp latencies), where priced from the fit
+    own = getattr(calibration, "by_system", {}).get(getattr(s, "system", ""), {})
     for key, at in _candidates(work, s, c).items():
         now, sweep = getattr(s, key), CONSTANTS[key].sweep
         moves = any(_phase({**c, **at(v)}, s.overlap) != base
                     for v in (min(sweep), max(sweep)) if v != now) if sweep else False  # fmt: skip
         read(key, now, moves)
-        if key in FITTED and key in getattr(calibration, "values", {}):
+        if (key in FITTED and key in getattr(calibration, "values", {})) or own.get(key) == now:
             note_calibration(calibration, moves)
     if any(work.links.values()) or any(op.fabric_in for op in work.ops):
         read("link_bytes_per_cycle", s.link_bytes_per_cycle, False)  # no sweep: published
