@@ -5,7 +5,6 @@ import pytest
 from wse_core import PerfModel, preset
 from wse_core.cost.calibration import MESHGEMV_WSE3, meshgemv_row_phases
 from wse_core.hw.sram import Region
-
 from wse_systems.meshgemv import meshgemv_phases
 
 

@@ -9,9 +9,9 @@ import pytest
 from wse_core import PerfModel, preset
 from wse_core.cost.assumptions import assume, resolve_spec
 from wse_core.cost.calibration import (
-    Calibration,
     MESHGEMV_FITTED,
     MESHGEMV_WSE3,
+    Calibration,
     current,
     leave_one_out,
     meshgemv_row_phases,

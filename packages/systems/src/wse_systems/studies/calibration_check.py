@@ -16,9 +16,9 @@ identifies swept beside it: `params["swept ..."]`, `wse_systems.published.check_
 row says its role and carries its cycles by mechanism and what its own pricing read (`_priced`,
 `read_by`), not the whole run's.
 
-Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2 and WSE-3 with
-the fitted ones in place, units, mechanism, basis, and its source or the rows that fit it)
-and `leave_one_out` rows (each fitted row left out: the refitted values and the row
+Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2
+and WSE-3 with the fitted ones in place, units, mechanism, basis, and its source or the rows
+that fit it) and `leave_one_out` rows (each fitted row left out: the refitted values and the row
 predicted with them). Both tables read in one sense (hunt 73: the rows' ratio was taken on
 Gcell/s, the leave-one-out error on seconds: the 200 x 200 grid, predicted slow, read 0.985
 in one and +1.6% left out in the other): a leave-one-out row is in the unit of its
@@ -188,8 +188,8 @@ def constants_table() -> list[dict[str, object]]:
             "units": c.units,
             "mechanism": c.mechanism,
             "basis": c.basis,
-            "source_or_rows": cal.fitted_on.get(key, c.source) + (
-                f"; {on[key]}" if key in on else ""),
+            "source_or_rows": cal.fitted_on.get(key, c.source)
+            + (f"; {on[key]}" if key in on else ""),
         }
         for key, c in CONSTANTS.items()
     ]

@@ -65,8 +65,8 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from wse_core.cost.mechanisms import CORE_MECHANISMS
 from wse_core.cost.collectives import two_tree_allreduce
+from wse_core.cost.mechanisms import CORE_MECHANISMS
 from wse_core.cost.pricing import Phase, Phases, Pricing, serial
 from wse_core.cost.reads import recorded_fit
 from wse_core.cost.stencil import wave_step_phases
@@ -561,9 +561,14 @@ def leave_one_out(published: Mapping[str, float] | None = None) -> list[dict[str
                 "model": r["model"],
                 "model_without_row": pred["model"],
                 "error_without_row": float(pred["ratio"]) - 1.0,  # type: ignore[arg-type]
-                "values_without_row": {**loo.values, **{
-                    f"{k} on {system}": v for system, fit in loo.by_system.items()
-                    for k, v in fit.items()}},  # fmt: skip
+                "values_without_row": {
+                    **loo.values,
+                    **{
+                        f"{k} on {system}": v
+                        for system, fit in loo.by_system.items()
+                        for k, v in fit.items()
+                    },
+                },  # fmt: skip
             }
         )
     return out
