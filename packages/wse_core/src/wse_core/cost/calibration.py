@@ -197,8 +197,7 @@ class Calibration:
     def to_dict(self) -> dict[str, object]:
         """Every field by name, its mappings as dicts (results.json's "calibration")."""
         fields = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
-        plain = lambda v: {k: plain(x) for k, x in v.items()} if isinstance(v, Mapping) else v  # noqa: E731
-        return {k: plain(v) for k, v in fields}
+        return {k: _plain(v) for k, v in fields}
 
     def on_wafer(self) -> str:
         """ "wse2 at 8.5e+08 Hz", with the `calibration.KEY` assumptions on it if any."""
@@ -232,6 +231,13 @@ class Calibration:
         return (f"the rows cannot all be met under these assumptions (a constant would be "
                 f"negative; it is held at 0): rows missed, by the constant each fits: {rows}"
                 if rows else "")  # fmt: skip
+
+
+def _plain(value: object) -> object:
+    """`value` with every mapping in it a dict (`by_system` is a mapping of mappings)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 UNCALIBRATED = Calibration()
