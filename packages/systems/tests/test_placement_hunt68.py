@@ -92,8 +92,9 @@ def test_a_longer_context_never_makes_the_8b_speculative_round_faster():
         # priced, the draft takes more than its fewest rows: faster than the split by bytes
         old = min(round_s(_by_bytes(target, draft, WSE3, ctx, 1, lay)) for lay in LAYOUTS)
         assert chosen[ctx] < old
-    # before: 1,035.15 us at 2,048 tokens, 1,028.98 us at 4,096 (the larger one faster)
-    assert chosen[2048] <= chosen[4096] < 1.0e-3
+    # before: 1,035.15 us at 2,048 tokens, 1,028.98 us at 4,096 (the larger one faster);
+    # session 83 (fix83-gemv3): CS-3's fitted hop and relay latencies, about 1.19 ms a round
+    assert chosen[2048] <= chosen[4096] < 1.5e-3
 
 
 def _toy_serving(**regions) -> WaferServing:
