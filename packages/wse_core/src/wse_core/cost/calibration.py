@@ -537,7 +537,7 @@ def _gemv_rows(cal: Calibration, pub: Mapping[str, float]) -> list[dict[str, obj
     CS-3's hop and ramp latencies or a check."""
     spec, priced = meshgemv_case(cal)
     fitted = SYSTEM_FITTED[MESHGEMV_SYSTEM]
-    fits = f"fits {', '.join(fitted)} on {MESHGEMV_SYSTEM}"
+    fits = f"fits {', '.join(fitted)}"  # on CS-3 (the case says wse3): docs/experiments.md
     intercept = cal.intercepts.get("meshgemv wse3", 0.0)
     out = []
     for r in MESHGEMV_WSE3:
