@@ -52,16 +52,20 @@ from wse_systems.pipeline import (
     PipelinePlan,
     PipelinePlanError,
     Regions,
+    compact_strips,
     once_per_plan,
     plan_pipeline,
+    split_even,
 )
 
 __all__ = [
     "GRID_STEP",
+    "FOOTPRINT_EXHAUSTIVE_ROWS",
     "HEAD_ROWS_STEP",
     "choose_layout",
     "fastest_plan",
     "footprint_plans",
+    "footprint_rows",
     "head_rows_ladder",
     "kept_plan",
     "ladder_plans",
@@ -203,8 +207,9 @@ def ladder_plans(
     return held
 
 
-# The ratio between the footprints a plan is tried on (`footprint_plans`: the PE rows of each
-# wafer it takes, from the top, below the whole wafer) and between the head sizes on each: 2,
+# The ratio between the footprints of the ladder a plan is tried on (`footprint_rows`: the PE
+# rows of each wafer it takes, from the top, below the whole wafer; the compact layout's strip
+# changes beside them since hunt 82) and between the head sizes on each: 2,
 # a quarter of `HEAD_ROWS_STEP`'s steps in each dimension, as every footprint times its head
 # sizes is planned and priced (10 footprints of a WSE-3's 762 rows, 1 to 512, each with up
 # to 10 head sizes). `wse_systems.serving.speculative.place_speculative` places a draft on
@@ -212,17 +217,52 @@ def ladder_plans(
 # round of 915.2 us; on `HEAD_ROWS_STEP`'s grid 387 (ten times the planning time) for
 # 914.0 us.
 GRID_STEP = 2.0
+# A wafer of at most this many PE rows (rows) is tried on every footprint below it
+# (`footprint_rows`): the tiny test preset (8) and a 16-row cut of `small`, where a brute
+# force over every row count checks the search; a larger one on the ladder and the compact
+# layout's strip changes (each a footprint planned with its head sizes: a WSE-3's 762 rows
+# every one would plan 761 footprints a layout).
+FOOTPRINT_EXHAUSTIVE_ROWS = 16
+
+
+def footprint_rows(
+    config: Any, spec: WaferSpec, *, step: float = GRID_STEP, **plan_kwargs: Any
+) -> tuple[int, ...]:
+    """The PE rows of the footprints below the whole wafer that a plan of
+    `plan_pipeline(config, ..., **plan_kwargs)` is tried on, ascending: every count on a
+    wafer of at most `FOOTPRINT_EXHAUSTIVE_ROWS`; else `head_rows_ladder(spec, step=step)`
+    less its last and, for the compact layout, the fewest rows that give each count of its
+    column strips (`compact_strips` of each wafer's regions): within one count a region is
+    shorter on fewer rows, so that count's fastest footprint is at or near its fewest
+    (hunt 82, jobs18 L4: Llama 3.2 1B, one user, compact, 110.66 us a token on 474 of a
+    WSE-3's 762 rows, where 6 strips start, against 111.50 on the ladder's 512). The rows
+    depend on the wafer, the stage count and the wafers only, never on what a plan holds."""
+    if spec.pe_rows <= FOOTPRINT_EXHAUSTIVE_ROWS:
+        return tuple(range(1, spec.pe_rows))
+    rows = set(head_rows_ladder(spec, step=step)[:-1])
+    asked = plan_kwargs.get("regions", Regions())
+    if asked.layout == "compact":
+        stages = config.n_layers if asked.stages is None else asked.stages
+        spread = split_even(stages, int(plan_kwargs.get("num_wafers", 1)))
+        for n in {b - a + (w == 0) for w, (a, b) in enumerate(spread)}:  # the head on wafer 0
+            seen = set()
+            for r in range(1, spec.pe_rows):
+                strips = compact_strips(n, spec.replace(pe_rows=r))
+                if strips not in seen:
+                    seen.add(strips)
+                    rows.add(r)
+    return tuple(sorted(rows))
 
 
 def footprint_plans(
     config: Any, spec: WaferSpec, *, step: float = GRID_STEP, **plan_kwargs: Any
 ) -> Iterator[tuple[WaferSpec, list[PipelinePlan]]]:
     """For each footprint below the whole wafer, fewest rows first: (the wafer of its PE
-    rows, `spec` cut to `rows` of `head_rows_ladder(spec, step=step)` less its last; the
-    plans of `ladder_plans` on it, the head on the same ladder of its rows). A plan on a
-    footprint is `plan_pipeline`'s on the cut wafer: its regions tile the footprint, the
-    other rows idle (or a draft's: `place_speculative`)."""
-    for rows in head_rows_ladder(spec, step=step)[:-1]:
+    rows, `spec` cut to each of `footprint_rows`; the plans of `ladder_plans` on it, the
+    head on the ladder of `step` of its rows). A plan on a footprint is `plan_pipeline`'s
+    on the cut wafer: its regions tile the footprint, the other rows idle (or a draft's:
+    `place_speculative`)."""
+    for rows in footprint_rows(config, spec, step=step, **plan_kwargs):
         cut = spec.replace(pe_rows=rows)
         yield cut, ladder_plans(config, cut, step=step, **plan_kwargs)
 
