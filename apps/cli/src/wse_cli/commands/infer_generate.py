@@ -102,10 +102,11 @@ def _finite(lp) -> None:
         )
 
 
-def _on_engine(engine, model, ids, sampling, stream, tracker_of, trace=None):
+def _on_engine(engine, model, ids, sampling, stream, tracker_of, trace=None, priced=None):
     """One sequence through an `Engine` (slot 0), streaming its text; -> result dict, with
     the tokens' logprobs when `sampling.logprobs` is set. `tracker_of(state)`: the slot's
-    `SequenceTracker`; `model`: the target (`LoadedModel`) whose precision is priced."""
+    `SequenceTracker`; `model`: the target (`LoadedModel`) whose precision is priced;
+    `priced`: more keywords of the engine's `report` (the speculative job's workload)."""
     import dataclasses
 
     asked = sampling.logprobs
@@ -131,7 +132,7 @@ def _on_engine(engine, model, ids, sampling, stream, tracker_of, trace=None):
     stream(tracker.visible_text(), shown)
     decode = time.perf_counter() - t0 - ttft
     n, kv = len(tracker.tokens) - 1, _kv_tokens(len(ids), len(tracker.tokens))
-    report = engine.report(measured_wall_s=decode, tokens=n, kv_tokens=kv)
+    report = engine.report(measured_wall_s=decode, tokens=n, kv_tokens=kv, **(priced or {}))
     result = {
         "token_ids": tracker.tokens,
         "text": tracker.visible_text(),
@@ -330,7 +331,13 @@ def _speculative(model, spec, draft_weights, ids, sampling, context, stream, waf
     engine = SpeculativeEngine(
         model, draft, gamma=gamma, spec=wafer, max_slots=1, max_context=context
     )
-    result = _on_engine(engine, model, ids, sampling, stream, lambda st: st.slots[0].tracker)
+    # priced on the placement `wse plan infer --draft` serves this job on (session 84: the
+    # shortest round's layout was priced, the planner's policy weighs the whole request)
+    from wse_systems.serving import Workload
+
+    job = {"workload": Workload(prompt_tokens=len(ids), output_tokens=sampling.max_tokens)}
+    result = _on_engine(engine, model, ids, sampling, stream, lambda st: st.slots[0].tracker,
+                        priced=job)  # fmt: skip
     result["speculative"] = engine.stats.to_dict()
     return {**result, "engine": name}
 

@@ -20,7 +20,8 @@ one token, `extra["tokens_per_s"]` its inverse, `extra["plan"]` the plan's regio
   at a measured number of rounds per token, each
   `wse_systems.serving.speculative.speculative_round` (the serving model's round too);
   `plan_speculative` places the draft on a few rows of each wafer: `plans`, (target plan,
-  draft plan).
+  draft plan); `plan_speculative_job` is the placement `wse plan infer --draft` serves one
+  user of a job on (the serving model's search), the one a run of that job prices.
 
 Several wafers pass the residual stream (d_model values) at the system I/O rate, plus
 `spec.system_latency_s` per pass (an assumption: `--assume system_latency_s=...`).
@@ -42,6 +43,8 @@ from wse_systems.pipeline import (
     min_wafers,
 )
 from wse_systems.placement import data_note
+from wse_systems.planning.infer_wafers import wafer_serving
+from wse_systems.serving import Speculation
 from wse_systems.serving.speculative import (
     ParamBytes,
     RoundSetup,
@@ -64,6 +67,7 @@ __all__ = [
     "predict_model",
     "predict_speculative",
     "plan_speculative",
+    "plan_speculative_job",
     "plan_for",
     "tokens_per_s",
     "TokenSetup",
@@ -176,6 +180,38 @@ def plan_speculative(
     raise PipelinePlanError(
         f"no number of {spec.name} wafers holds the target and its draft{data_note(spec)}"
     )
+
+
+def plan_speculative_job(
+    target: Any,
+    draft: Any,
+    *,
+    spec: WaferSpec,
+    workload: Any,
+    gamma: int,
+    alpha: float,
+    bytes_per_param: int = 2,
+) -> tuple[PipelinePlan, PipelinePlan]:
+    """(target plan, draft plan) that `wse plan infer MODEL --draft DRAFT --gamma G --alpha A
+    --users 1` serves `workload` (a `wse_systems.serving.Workload`: the job's prompt and
+    output tokens) on: `wse_systems.planning.infer_wafers.wafer_serving`'s system on the
+    fewest wafers of `spec` that hold both models and one user, each layout's placement
+    (`place_speculative` ranked by the request's period at one user) weighed by the serving
+    policy (`placements.served`: the most output tokens/s, within `OUTPUT_TIE` a tie, then
+    the sooner first token), both models at `bytes_per_param` (the planner's draft bytes).
+
+    Why (session 84, hunt 82 jobs18 L4): `plan_speculative` chose the layout by the round
+    alone, the planner by the policy; on an 8 x 8 PE wafer (a 2-layer float32 toy, 3 + 11
+    tokens, gamma 4, a = 1) banded's round (the draft on 5 rows) is 121.96 us, compact's
+    124.04, but the requests' periods are within 0.35% and compact's first token is sooner,
+    so `wse plan infer` served compact and `wse infer generate` priced banded: 24.39 against
+    24.81 us a token for the same job."""
+    ws = wafer_serving(target, spec, num_wafers=None, workload=workload,
+                       speculation=Speculation(draft=draft, gamma=gamma, alpha=alpha),
+                       bytes_per_param=bytes_per_param)  # fmt: skip
+    target_plan, draft_plan = ws.plans(1)
+    assert draft_plan is not None  # a speculative system places a draft
+    return target_plan, draft_plan
 
 
 def predict_speculative(

@@ -357,6 +357,7 @@ class SpeculativeDecoder:
         kv_tokens: int | None = None,
         stats: AcceptanceStats | None = None,
         spec: WaferSpec,
+        workload: Any | None = None,
     ) -> RunReport:
         """Predicted wafer time of one emitted token (units "token", `pipeline.perf.
         predict_speculative`): the draft on the fewest PE rows of each wafer, the target on
@@ -364,20 +365,35 @@ class SpeculativeDecoder:
         context `max_context`, their parameter bytes), at the rounds run per token kept of
         `stats` (default: this decoder's; one round per token before any round ran): a round
         cut at max_tokens or a stop costs a whole round (hunt 70); `measured_wall_s` over
-        `tokens` is the measured time per token."""
+        `tokens` is the measured time per token. `workload` (a `wse_systems.serving.Workload`,
+        the job's prompt and max_tokens): the placement `wse plan infer --draft` serves it on
+        at `stats`' acceptance (`plan_speculative_job`; 0 before a draft was weighed, as one
+        round a token), where both models hold the same bytes a value (the planner prices the
+        draft at the target's); session 84: `plan_speculative` took the shortest round's
+        layout where the planner weighs the request's output and first token, and the same
+        job had two prices (24.39 against 24.81 us a token on an 8 x 8 PE wafer)."""
         from wse_inference.pipeline import perf as decode_perf
 
         stats = stats or self.stats
-        plans = decode_perf.plan_speculative(
-            self.target.config,
-            self.draft.config,
-            spec=spec,
-            gamma=self.gamma,
-            context_len=self.max_context,
-            kv_tokens=kv_tokens,
-            bytes_per_param=dtype_bytes(self.target.config.param_dtype),
-            draft_bytes_per_param=dtype_bytes(self.draft.config.param_dtype),
-        )
+        bpp = dtype_bytes(self.target.config.param_dtype)
+        draft_bpp = dtype_bytes(self.draft.config.param_dtype)
+        if workload is not None and draft_bpp == bpp:
+            alpha = stats.alpha if stats.beta_count else 0.0
+            plans = decode_perf.plan_speculative_job(
+                self.target.config, self.draft.config, spec=spec, workload=workload,
+                gamma=self.gamma, alpha=alpha, bytes_per_param=bpp,
+            )  # fmt: skip
+        else:
+            plans = decode_perf.plan_speculative(
+                self.target.config,
+                self.draft.config,
+                spec=spec,
+                gamma=self.gamma,
+                context_len=self.max_context,
+                kv_tokens=kv_tokens,
+                bytes_per_param=bpp,
+                draft_bytes_per_param=draft_bpp,
+            )
         per_token = None
         if measured_wall_s is not None:
             per_token = measured_wall_s / tokens if tokens else measured_wall_s
