@@ -78,10 +78,11 @@ def test_at_8_users_the_mesh_program_serves_more_than_one_token_blocks():
     # 33,768 -> 41,057, the point 50,401 -> 55,116 against the SDK's 51,477 on 512 rows;
     # hunt decode41, session 82: each layer's 6 route resets of 5 colours at an assumed 10
     # cycles, 3,600 cycles a token over 12 layers: 41,057 -> 38,682, the point 52,999; hunt
-    # 82 jobs18: each fabric message in whole wavelets, 38,682 -> 38,657; session 83
-    # (fix83-gemv3): CS-3's hop and ramp latencies fitted on WaferLLM's MeshGEMV measured on
-    # a CS-3, 2.04 cycles a hop and 9.55 a relay stage for 1 and 5 (24,541 on a base with
-    # jobs18 L4's footprints, which main reverted: TO RECOMPUTE after this rebase)
+    # 82 jobs18: each fabric message in whole wavelets, 38,682 -> 38,657; hunt 82 jobs18 L4:
+    # the compact layout's strip changes among the footprints, 8 users on 272 rows, not
+    # 256: 38,657 -> 38,293; session 83 (fix83-gemv3): CS-3's hop and ramp latencies fitted
+    # on WaferLLM's MeshGEMV measured on a CS-3, 2.04 cycles a hop and 9.55 a relay stage for
+    # 1 and 5: 38,293 -> 24,541
     assert one_token == pytest.approx(24540.96, rel=1e-4)
     assert point.layout["prompt_block_tokens"] > 1
     assert point.aggregate_tokens_per_s > one_token
