@@ -159,7 +159,9 @@ def plan_speculative(
     """(target plan, draft plan) by `wse_systems.serving.speculative.place_speculative` on
     the fewest wafers of `spec` that hold both (the draft on a few PE rows of each), its
     regions banded or compact: whichever round of `gamma` drafts is shorter (a tie keeps
-    bands; the serving model chooses the same way)."""
+    bands). The serving model weighs the layouts by its policy, the whole request's output
+    and first token, not the round alone: a run of a known job is priced on its placement
+    (`plan_speculative_job`; session 84: the two took different layouts on an 8 x 8 wafer)."""
     kv = context_len // 2 if kv_tokens is None else kv_tokens
     first = min_wafers(target, spec, context_len=context_len, bytes_per_param=bytes_per_param)
     for n in range(first, target.n_layers + 1):
