@@ -66,7 +66,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from wse_core.cost.collectives import two_tree_allreduce
-from wse_core.cost.mechanisms import CORE_MECHANISMS
+from wse_core.cost.mechanisms import CORE_MECHANISMS, SYSTEM_FITTED
 from wse_core.cost.pricing import Phase, Phases, Pricing, serial
 from wse_core.cost.reads import recorded_fit
 from wse_core.cost.stencil import wave_step_phases
@@ -152,7 +152,6 @@ MESHGEMV_FITTED = ((16, 2), (16, 4), (16, 8), (80, 2), (80, 4), (80, 8),
                    (144, 8), (336, 8), (528, 8), (720, 8))  # fmt: skip
 # The system whose wafer the rows were measured on, and the fields they fit on it.
 MESHGEMV_SYSTEM = "CS-3"
-SYSTEM_FITTED = {MESHGEMV_SYSTEM: ("hop_latency_cycles", "ramp_latency_cycles")}
 MESHGEMV_ROWS_TEXT = (
     "WaferLLM MeshGEMV on a CS-3 (FxPiGaAo/WaferLLM MeshGEMV/WSE-3/wse_result.json @5c67053; "
     "third-party hardware runs): Mt = Nt = 1 rows at P = 16, 80 (group_num 2, 4, 8), 144, "

@@ -24,7 +24,7 @@ A kernel pays a constant only by counting its mechanism in `wse_core.cost.perf.W
                                                                     Work.system_hops
 
 `hop_latency_cycles` and `ramp_latency_cycles` are `sourced` on WSE-2 and WSE-1 and fitted on a
-CS-3's wafer only (`wse_core.cost.calibration.SYSTEM_FITTED`: WaferLLM's MeshGEMV measured on
+CS-3's wafer only (`SYSTEM_FITTED`: WaferLLM's MeshGEMV measured on
 a CS-3; `Calibration.for_spec` puts them in a spec whose `system` is CS-3).
 
 Bases: `published` (a vendor or SDK figure), `sourced` (a paper's text, cited), `inferred`
@@ -58,6 +58,7 @@ __all__ = [
     "CONSTANTS",
     "CALIBRATION_KEYS",
     "CALIBRATION_DEFAULTS",
+    "SYSTEM_FITTED",
     "MECHANISMS",
     "CORE_MECHANISMS",
     "LATENCY_MECHANISMS",
@@ -334,6 +335,12 @@ CALIBRATION_DEFAULTS: Mapping[str, float] = MappingProxyType(
     {"table_ii_block_z": 334.0, "wave25_add_width": 1.0}
 )
 CALIBRATION_KEYS = tuple(CALIBRATION_DEFAULTS)
+# Spec fields fitted on one system's wafer only (system -> fields; `wse_core.cost.calibration`
+# fits them, `wse_core.cost.unapplied` exempts the wafer it prices them on): CS-3's fabric
+# latencies, on WaferLLM's MeshGEMV measured on a CS-3.
+SYSTEM_FITTED: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"CS-3": ("hop_latency_cycles", "ramp_latency_cycles")}
+)
 
 
 # The constants each Cost.mechanisms key is priced with (for `mechanism_keys`): an

@@ -17,7 +17,7 @@ import dataclasses
 import warnings
 
 from wse_core.cost.assumptions import active, calibration_spec
-from wse_core.cost.mechanisms import CALIBRATION_KEYS, CONSTANTS
+from wse_core.cost.mechanisms import CALIBRATION_KEYS, CONSTANTS, SYSTEM_FITTED
 from wse_core.hw.spec import WaferSpec
 
 __all__ = ["unapplied", "warn_unapplied"]
@@ -52,8 +52,6 @@ def _as_measured(spec: WaferSpec) -> bool:
     fields the calibration fits (CS-3's hop and ramp latencies), only with those fields moved
     off the preset's, as `wse_core.cost.calibration.meshgemv_case` prices its MeshGEMV rows
     (a bare wse3 preset is the wafer being priced, and is warned of)."""
-    from wse_core.cost.calibration import SYSTEM_FITTED  # it sits above this module
-
     measured = calibration_spec(spec.name)
     own = {k: getattr(measured, k) for k in SYSTEM_FITTED.get(spec.system, ())}
     if not own:
