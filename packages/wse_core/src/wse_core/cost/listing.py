@@ -35,7 +35,7 @@ from wse_core.cost.assumptions import (
     system_keys,
     value_of,
 )
-from wse_core.cost.mechanisms import CALIBRATION_KEYS, CONSTANTS
+from wse_core.cost.mechanisms import CALIBRATION_KEYS, CONSTANTS, SYSTEM_FITTED
 from wse_core.cost.reads import FITTED, Reads, fit_reads
 from wse_core.errors import SpecError
 
@@ -118,8 +118,27 @@ def listed(reads: Reads | None, changed: Mapping[str, float] | None = None) -> t
         # assumed where a value priced is the one assumed (hunt 70: a wafer built outside
         # the `assume` block was marked --assume beside the preset's value)
         assumed = key in changed and float(changed[key]) in values
-        out.append(Listed(key, values, c.units, sweep, c.basis, assumed, key in reads.moving))
+        basis, sweep = _system_fit(key, values, c.basis, sweep)
+        out.append(Listed(key, values, c.units, sweep, basis, assumed, key in reads.moving))
     return tuple(out)
+
+
+def _system_fit(
+    key: str, values: tuple[float, ...], basis: str, sweep: tuple[float, float]
+) -> tuple[str, tuple[float, float]]:
+    """The basis and range of a constant one system's wafer fits (`SYSTEM_FITTED`), where a
+    value priced is that fit: "sourced; fitted on CS-3", the range widened to hold the fit
+    (session 84: CS-3's hop at 2.04 was listed "swept 1..2; sourced")."""
+    if not any(key in keys for keys in SYSTEM_FITTED.values()):
+        return basis, sweep
+    from wse_core.cost.calibration import current  # it sits above this module
+
+    fits = {s: f[key] for s, f in current().by_system.items() if key in f}
+    on = [s for s, v in fits.items() if any(abs(v - x) <= 1e-12 * abs(v) for x in values)]
+    if not on:
+        return basis, sweep
+    held = [fits[s] for s in on]
+    return f"{basis}; fitted on {', '.join(on)}", (min(sweep[0], *held), max(sweep[1], *held))
 
 
 def assumed_lines(reads: Reads | None, changed: Mapping[str, float] | None = None) -> list[str]:
