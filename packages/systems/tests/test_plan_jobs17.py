@@ -117,7 +117,12 @@ def _whole_wafer_fastest(config, spec, kv, token_out, **kw):
     return min(plans, key=seconds), seconds
 
 
-def test_the_8b_calibration_row_keeps_its_whole_wafer_plan():
+def test_the_8b_calibration_row_is_never_slower_than_its_whole_wafer_plan():
+    """Since jobs18 L4 (the compact layout's strip changes among the footprints, session 84)
+    the check's plan (`wse plan infer --users 1`'s) is a footprint: 16 stages on 661 of the
+    762 rows at CS-3's fitted hop and relay (8 on 523 at the sourced ones), regions wider
+    than tall, which the whole wafer's strip count cannot give. The token-latency search
+    alone still keeps the whole wafer; the check's plan is never slower a token."""
     setup = published.PUBLISHED_SETUP
     kv, out = int(setup["kv_tokens"]), bool(setup["token_out"])
     spec = assumed_spec("wse3")
@@ -127,8 +132,10 @@ def test_the_8b_calibration_row_keeps_its_whole_wafer_plan():
     whole, seconds = _whole_wafer_fastest(LLAMA31_8B, spec, kv, out, num_wafers=1,
                                           context_len=setup["context_len"])  # fmt: skip
     assert plan.spec == spec and seconds(plan) == seconds(whole)
-    # the check row prices the planner's plan (hunt decode41): on the whole wafer too
-    assert published.check_case().plan.spec == spec
+    # the check row prices the serving planner's plan (hunt decode41), on its footprint
+    check = published.check_case().plan
+    assert check.spec.pe_rows < spec.pe_rows and check.spec.pe_cols == spec.pe_cols
+    assert seconds(check) <= seconds(whole)
 
 
 def test_70b_on_four_wafers_keeps_its_whole_wafer_plan():

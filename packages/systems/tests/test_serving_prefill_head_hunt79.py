@@ -122,7 +122,9 @@ def test_all_prompt_request_is_bound_by_its_prompt():
 
 
 def test_wafer_prompt_runs_its_head_once():
-    """The wafer's prompt (GPT-2 124M, 256 tokens in 32 blocks of 8): the per-token element
+    """The wafer's prompt (GPT-2 355M, 256 tokens in 32 blocks of 8; 124M until session 84,
+    whose per-token element became the bottleneck at CS-3's fitted hop and relay latencies,
+    which the premise below excludes): the per-token element
     holds each block for its tokens' embedding rows only, and the head's product and the
     argmax once, one token's (their Works priced by `PerfModel` from `decode_phases`' tree);
     before, 32 blocks of 8 tokens' head (reverted in hunt 79 while the engine's prompt pass
@@ -132,7 +134,7 @@ def test_wafer_prompt_runs_its_head_once():
     from wse_systems.decoder import PER_TOKEN, decode_phases
     from wse_systems.serving.wafer import WaferServing
 
-    gpt2 = preset_config("gpt2-124m")
+    gpt2 = preset_config("gpt2-355m")
     serve = WaferServing(gpt2, preset("wse3"), num_wafers=1,
                          workload=Workload(prompt_tokens=256, output_tokens=64))  # fmt: skip
     req, plan = serve.request(1, 8), serve.plans(1)[0]

@@ -53,7 +53,9 @@ def test_searched_stage_count_is_the_policys_over_pinned_counts(users):
         periods = [WORK.output_tokens / p.aggregate_tokens_per_s for p in points]
         assert WORK.output_tokens / got.aggregate_tokens_per_s <= min(periods) / (1 - OUTPUT_TIE)
         assert got.layout["stages"] == 16  # the hunt's figure: 16 stages, not 32
-        assert got.aggregate_tokens_per_s > 1.05 * points[0].aggregate_tokens_per_s
+        # past the tie of one a layer (7% ahead at the hunt; 2,116 against 2,070, 2.2%,
+        # since session 84's CS-3 hop and relay latencies fitted on measured MeshGEMV)
+        assert got.aggregate_tokens_per_s > (1 + OUTPUT_TIE) * points[0].aggregate_tokens_per_s
 
 
 def test_a_pinned_count_is_the_only_one_weighed_and_its_bounds():
