@@ -116,16 +116,20 @@ def test_longer_prompts_of_the_others_slow_a_users_tokens():
     assert long.layout["decode_stalls_s"] > short.layout["decode_stalls_s"]
 
 
-def test_at_one_prompt_block_per_user_speed_never_rises_and_the_first_token_never_falls():
+def _held_at_197() -> WaferServing:
+    """128 + 20 tokens within one placement, held at every load (hunt 73: each load chooses
+    its own, so across loads the pipeline itself changes): the range's most users' layout
+    and head, which holds every load (hunt 79: one user's, with the prompt's head once a
+    256-row head, held 22 users at most)."""
     work = Workload(prompt_tokens=128, output_tokens=20)
-    # within one placement, held at every load (hunt 73: each load chooses its own, so
-    # across loads the pipeline itself changes): the range's most users' layout and head,
-    # which holds every load (hunt 79: one user's, with the prompt's head once a 256-row
-    # head, held 22 users at most)
     lay = _wafer(work).point(197).layout
-    serve = WaferServing(LLAMA8B, assumed_spec("wse3"), num_wafers=1, workload=work,
-                         regions=Regions(layout=lay["layout"],
-                                         head_rows=lay["head_rows"]))  # fmt: skip
+    return WaferServing(LLAMA8B, assumed_spec("wse3"), num_wafers=1, workload=work,
+                        regions=Regions(layout=lay["layout"],
+                                        head_rows=lay["head_rows"]))  # fmt: skip
+
+
+def test_at_one_prompt_block_per_user_speed_never_rises_and_the_first_token_never_falls():
+    serve = _held_at_197()
     for block in (8, 32, 128):
         # the loads where another user's prompt freezes an item (L > e tau): past them the
         # window drops the prompts that catch the items (the xfail below; session 84, where
@@ -157,11 +161,7 @@ def _freezes(req, users: int) -> bool:
     "8B, 128 + 20 tokens, 8-token blocks: 248 ms at 176 users, 59 ms at 183",
 )
 def test_the_output_window_never_falls_where_a_prompt_stops_freezing_an_item():
-    work = Workload(prompt_tokens=128, output_tokens=20)
-    lay = _wafer(work).point(197).layout
-    serve = WaferServing(LLAMA8B, assumed_spec("wse3"), num_wafers=1, workload=work,
-                         regions=Regions(layout=lay["layout"],
-                                         head_rows=lay["head_rows"]))  # fmt: skip
+    serve = _held_at_197()
     crossing = next(u for u in range(1, 400) if not _freezes(serve.request(u, 8), u))
     before, after = (serve.request(u, 8).window_s(u) for u in (crossing - 1, crossing))
     assert after >= before, (crossing, before, after)
