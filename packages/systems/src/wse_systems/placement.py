@@ -100,9 +100,12 @@ def to_edge(region: Region, spec: WaferSpec) -> int:
     return min(region.row0, spec.pe_rows - r1, region.col0, spec.pe_cols - c1)
 
 
-def compact_strips(regions: int, spec: WaferSpec) -> int:
-    """Column strips that make `regions` equal regions near square: sqrt(n cols / rows)."""
-    return max(1, min(regions, round(math.sqrt(regions * spec.pe_cols / spec.pe_rows))))
+def compact_strips(regions: int, spec: WaferSpec, *, pe_rows: int | None = None) -> int:
+    """Column strips that make `regions` equal regions near square: sqrt(n cols / rows), on
+    the spec's rows or a footprint's `pe_rows` of them (`token.footprint_rows` weighs every
+    row count without a `spec.replace` each)."""
+    rows = spec.pe_rows if pe_rows is None else pe_rows
+    return max(1, min(regions, round(math.sqrt(regions * spec.pe_cols / rows))))
 
 
 def _strips(layout: str, regions: int, spec: WaferSpec) -> int:

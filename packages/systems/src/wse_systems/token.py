@@ -247,7 +247,7 @@ def footprint_rows(
         for n in {b - a + (w == 0) for w, (a, b) in enumerate(spread)}:  # the head on wafer 0
             seen = set()
             for r in range(1, spec.pe_rows):
-                strips = compact_strips(n, spec.replace(pe_rows=r))
+                strips = compact_strips(n, spec, pe_rows=r)
                 if strips not in seen:
                     seen.add(strips)
                     rows.add(r)
