@@ -169,10 +169,16 @@ def _check_chat_template(engine, template: str | None, option: str | None, form:
 def _prediction(engine: object) -> str | None:
     """The line that says what `--preset` / `--spec` predict (hunt 75: nothing showed it): a
     pipelined engine's decode token on its plan (`PipelineEngine.report`, as `wse infer
-    generate` prints it); None for the mock and a speculative engine (its figure waits for
-    measured acceptance)."""
+    generate` prints it); a speculative engine's emitted token before any draft is accepted,
+    on the placement the planner serves its nominal request on
+    (`infer_serve_engine.speculative_prediction`); None for the mock."""
     from wse_inference.pipeline.engine import PipelineEngine
+    from wse_inference.speculative.engine import SpeculativeEngine
 
+    if isinstance(engine, SpeculativeEngine):
+        from wse_cli.commands.infer_serve_engine import speculative_prediction
+
+        return speculative_prediction(engine)
     if not isinstance(engine, PipelineEngine):
         return None
     kv = engine.plan.context_len // 2  # price_token's own default, said

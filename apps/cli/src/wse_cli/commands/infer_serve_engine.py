@@ -3,7 +3,8 @@
 keys the engine would not read, a draft larger than the model (`wse plan infer`'s rule),
 --max-model-len against the model's context (and a draft's),
 the host memory its slots and context need (refused naming --max-num-seqs and
---max-model-len)."""
+--max-model-len); and a speculative engine's start-up prediction (`speculative_prediction`,
+on the placement the planner serves `served_job`'s request on)."""
 
 from __future__ import annotations
 
@@ -124,3 +125,45 @@ def _real_engine(model_dir: str, spec, max_slots: int, wafer, max_model_len: int
             "it whole"
         )
     return engine
+
+
+def served_job(max_context: int):
+    """The request a speculative engine's start-up line is priced for (a `wse_systems.
+    serving.Workload`): `wse plan infer`'s own request when none is given (`default_workload`:
+    1,024 prompt + 256 output tokens, or the same 4:1 split of a shorter context) within the
+    served context, each slot holding `max_context` tokens of KV cache (the server reserves
+    it whatever the request).
+
+    Why this one: the server has no one request of its own (a completion's max_tokens
+    defaults to 16, a chat's to the rest of the context, which depends on a prompt not yet
+    sent; `wse infer bench --dataset-name random` sends vLLM's 1,024 + 128), and the rule is
+    that a prediction prices the placement the planner serves for the same job, so the job
+    is the planner's own: the line names the options with which `wse plan infer MODEL --draft
+    DRAFT --gamma G` serves the same placement (session 85:
+    a speculative engine said nothing at start, and its report, given no job, prices the
+    shortest round's placement, not a served one)."""
+    from types import SimpleNamespace
+
+    from wse_systems.planning.infer_inputs import default_workload
+    from wse_systems.serving import Workload
+
+    fit = default_workload(SimpleNamespace(max_seq_len=max_context))  # the served context
+    return Workload(prompt_tokens=fit.prompt_tokens, output_tokens=fit.output_tokens,
+                    context_len=max_context)  # fmt: skip
+
+
+def speculative_prediction(engine) -> str:
+    """The start-up line of a speculative engine: one emitted token of one user of
+    `served_job`'s request at one token a round (no draft accepted yet: the acceptance the
+    requests measure moves it, as `wse infer generate` prices a run's), on the placement
+    `wse plan infer --draft` serves that job on (`SpeculativeEngine.report` given the job)."""
+    job = served_job(engine.max_context)
+    r = engine.report(kv_tokens=job.kv_tokens, workload=job)
+    return (
+        f"predicted on {r.wafer}: {r.predicted_s * 1e6:,.2f} us an emitted token of one "
+        f"user ({1 / r.predicted_s:,.0f} tokens/s) at one token a round, before any draft is "
+        f"accepted, for a request of {job.prompt_tokens:,} prompt + {job.output_tokens:,} "
+        f"output tokens in a {job.held_tokens:,}-token context, on the placement `wse plan "
+        f"infer --draft` serves it on (--alpha 0 --users 1 --prompt-tokens {job.prompt_tokens} "
+        f"--output-tokens {job.output_tokens} --context-len {job.held_tokens})"
+    )

@@ -76,7 +76,8 @@ MAX_SEQ_TOKENS = 100_000_000  # one sequence / context: 10x Llama 4 Scout's 10M-
 MAX_USERS = 10_000_000  # users in flight on one replica
 WAFER_DTYPE = typer.Option(
     "auto", "--wafer-dtype", help="Wafer weights and KV: float32, bfloat16, float16 or auto (a "
-    "model folder's own dtype, as wse infer generate runs it; else bfloat16).",
+    "model folder's own dtype, as wse infer generate runs it; else bfloat16; a --draft's "
+    "by its own folder).",
 )  # fmt: skip
 # hunt 71: a params file's wafer and the assumption gpu.train_mfu were overridden by defaults
 TRAIN_WAFER = preset_option("a params file's runconfig.wafer, else wse3", "--wafer",
@@ -335,6 +336,8 @@ def infer(
     changes, spec = _assumed(assume, wafer, spec_file)
     choice = resolve_model(model)
     drafted, round_notes = draft_asked(draft, gamma, alpha, tokens_per_round)
+    if draft is not None:  # the draft's own dtype where auto, as the engine holds it
+        drafted = drafted._replace(dtype=dtype_of(wafer_dtype, draft, drafted.model))
     fit = pi.default_workload(choice.config)  # hunt 63: 1,280 tokens were past GPT-2's 1,024
     with assumed(**changes), recording() as reads:
         plan = pi.plan_infer(

@@ -161,7 +161,10 @@ def plan_speculative(
     regions banded or compact: whichever round of `gamma` drafts is shorter (a tie keeps
     bands). The serving model weighs the layouts by its policy, the whole request's output
     and first token, not the round alone: a run of a known job is priced on its placement
-    (`plan_speculative_job`; session 84: the two took different layouts on an 8 x 8 wafer)."""
+    (`plan_speculative_job`; session 84: the two took different layouts on an 8 x 8 wafer).
+    Its one caller is a report given no job (`SpeculativeDecoder.report` without a
+    workload: a round at a KV read, no request); session 85: every command's report gives
+    its job (`wse infer generate` the run's, `wse infer serve` its nominal request)."""
     kv = context_len // 2 if kv_tokens is None else kv_tokens
     first = min_wafers(target, spec, context_len=context_len, bytes_per_param=bytes_per_param)
     for n in range(first, target.n_layers + 1):
@@ -193,6 +196,7 @@ def plan_speculative_job(
     gamma: int,
     alpha: float,
     bytes_per_param: int = 2,
+    draft_bytes_per_param: int | None = None,
 ) -> tuple[PipelinePlan, PipelinePlan]:
     """(target plan, draft plan) that `wse plan infer MODEL --draft DRAFT --gamma G --alpha A
     --users 1` serves `workload` (a `wse_systems.serving.Workload`: the job's prompt and
@@ -200,7 +204,9 @@ def plan_speculative_job(
     fewest wafers of `spec` that hold both models and one user, each layout's placement
     (`place_speculative` ranked by the request's period at one user) weighed by the serving
     policy (`placements.served`: the most output tokens/s, within `OUTPUT_TIE` a tie, then
-    the sooner first token), both models at `bytes_per_param` (the planner's draft bytes).
+    the sooner first token), the target at `bytes_per_param` and the draft at
+    `draft_bytes_per_param` (None: the target's; `Speculation.draft_bytes_per_param`, as
+    `wse plan infer --wafer-dtype auto` reads a draft folder's own dtype).
 
     Why (session 84, hunt 82 jobs18 L4): `plan_speculative` chose the layout by the round
     alone, the planner by the policy; on an 8 x 8 PE wafer (a 2-layer float32 toy, 3 + 11
@@ -209,7 +215,8 @@ def plan_speculative_job(
     so `wse plan infer` served compact and `wse infer generate` priced banded: 24.39 against
     24.81 us a token for the same job."""
     ws = wafer_serving(target, spec, num_wafers=None, workload=workload,
-                       speculation=Speculation(draft=draft, gamma=gamma, alpha=alpha),
+                       speculation=Speculation(draft=draft, gamma=gamma, alpha=alpha,
+                                               draft_bytes_per_param=draft_bytes_per_param),
                        bytes_per_param=bytes_per_param)  # fmt: skip
     target_plan, draft_plan = ws.plans(1)
     assert draft_plan is not None  # a speculative system places a draft

@@ -360,28 +360,32 @@ class SpeculativeDecoder:
         workload: Any | None = None,
     ) -> RunReport:
         """Predicted wafer time of one emitted token (units "token", `pipeline.perf.
-        predict_speculative`): the draft on the fewest PE rows of each wafer, the target on
-        the rest, on the fewest wafers of `spec` that hold both (`plan_speculative`;
-        context `max_context`, their parameter bytes), at the rounds run per token kept of
-        `stats` (default: this decoder's; one round per token before any round ran): a round
-        cut at max_tokens or a stop costs a whole round (hunt 70); `measured_wall_s` over
-        `tokens` is the measured time per token. `workload` (a `wse_systems.serving.Workload`,
-        the job's prompt and max_tokens): the placement `wse plan infer --draft` serves it on
-        at `stats`' acceptance (`plan_speculative_job`; 0 before a draft was weighed, as one
-        round a token), where both models hold the same bytes a value (the planner prices the
-        draft at the target's); session 84: `plan_speculative` took the shortest round's
-        layout where the planner weighs the request's output and first token, and the same
-        job had two prices (24.39 against 24.81 us a token on an 8 x 8 PE wafer)."""
+        predict_speculative`) at the rounds run per token kept of `stats` (default: this
+        decoder's; one round per token before any round ran): a round cut at max_tokens or a
+        stop costs a whole round (hunt 70); `measured_wall_s` over `tokens` is the measured
+        time per token. The placement: with `workload` (a `wse_systems.serving.Workload`, the
+        job's prompt and max_tokens), the one `wse plan infer --draft` serves it on at
+        `stats`' acceptance (`plan_speculative_job`; 0 before a draft was weighed, as one round
+        a token), each model at its own config's bytes a value (the target's weights and KV,
+        and the draft's: `Speculation.draft_bytes_per_param`, as `wse plan infer
+        --wafer-dtype auto` reads each folder); without one (no job: a round priced alone),
+        the placement of the shortest round at `kv_tokens` in context `max_context`
+        (`plan_speculative`). Session 84: `plan_speculative` took the shortest round's layout
+        where the planner weighs the request's output and first token, and the same job had
+        two prices (24.39 against 24.81 us a token on an 8 x 8 PE wafer); session 85: a draft
+        whose bytes differ from the target's (a float32 draft of a bfloat16 target) still
+        took the round's, the planner then pricing a draft at the target's bytes."""
         from wse_inference.pipeline import perf as decode_perf
 
         stats = stats or self.stats
         bpp = dtype_bytes(self.target.config.param_dtype)
         draft_bpp = dtype_bytes(self.draft.config.param_dtype)
-        if workload is not None and draft_bpp == bpp:
+        if workload is not None:
             alpha = stats.alpha if stats.beta_count else 0.0
             plans = decode_perf.plan_speculative_job(
                 self.target.config, self.draft.config, spec=spec, workload=workload,
                 gamma=self.gamma, alpha=alpha, bytes_per_param=bpp,
+                draft_bytes_per_param=draft_bpp,
             )  # fmt: skip
         else:
             plans = decode_perf.plan_speculative(

@@ -214,6 +214,10 @@ def plan_infer(
     power = eco.system_power_w(spec)
     grid = grid_note(spec)  # a wafer that does not repair is refused before any work
     speculation = speculation_of(draft, choice, work)
+    if speculation is not None and draft.dtype is not None:  # the draft's own (session 85)
+        speculation = dataclasses.replace(
+            speculation, draft_bytes_per_param=_wafer_bytes(draft.dtype)
+        )
     ws = wafer_serving(cfg, spec, num_wafers=wafers, workload=work, speculation=speculation,
                        gemv=gemv, bytes_per_param=bpp, stages=stages)  # fmt: skip
     shape = cfg
@@ -401,6 +405,9 @@ def _notes(g, setup: WaferSetup, work, gpu: GpuSetup, days, spec) -> list[str]:
             f"speculative decoding: draft {spec.to_dict()['draft']}, gamma {spec.gamma}, "
             f"acceptance rate {spec.alpha:g} (an input): {spec.tokens_per_round:.3g} tokens "
             "per round; on the wafer the draft holds the PE rows of each wafer that price "
-            "the round shortest, on GPUs it shares the target's GPUs"
-        )
+            "the round shortest"
+            + ("" if spec.draft_bytes_per_param is None else
+               f", at {spec.draft_bytes_per_param} bytes a weight and cached value")
+            + ", on GPUs it shares the target's GPUs"
+        )  # fmt: skip
     return notes

@@ -64,7 +64,7 @@ def _params(n: int) -> str:
 
 
 def speculation_of(asked: Draft, target: ModelChoice, work: sv.Workload) -> sv.Speculation | None:
-    draft, gamma, alpha = asked
+    draft, gamma, alpha, _ = asked
     if draft is None:
         if alpha is not None:
             raise PlanError("--alpha needs --draft (the draft model it is the acceptance of)")
@@ -165,9 +165,12 @@ class Costing(NamedTuple):
 
 class Draft(NamedTuple):
     """Speculative decoding asked for: a draft `model` drafting `gamma` tokens a round
-    (None: DEFAULT_GAMMA) accepted at Leviathan's rate `alpha`; no model: none (then gamma and
-    alpha must stay None)."""
+    (None: DEFAULT_GAMMA) accepted at Leviathan's rate `alpha`, its weights and KV on the
+    wafer in `dtype` (None: the target's, `WaferSetup.dtype`; `wse plan infer`'s
+    --wafer-dtype auto: the draft folder's own, as the speculative engine prices it); no
+    model: none (then gamma and alpha must stay None)."""
 
     model: ModelChoice | None = None
     gamma: int | None = None
     alpha: float | None = None
+    dtype: str | None = None

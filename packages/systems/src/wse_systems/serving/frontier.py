@@ -169,14 +169,26 @@ def speculative_speedup(
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Speculation:
     """Draft-and-verify decoding: `draft` (a model config or shape), `gamma` drafted tokens
-    per round, acceptance rate `alpha` in [0, 1] (an input or measured by the engine)."""
+    per round, acceptance rate `alpha` in [0, 1] (an input or measured by the engine), the
+    draft's weights and KV at `draft_bytes_per_param` bytes a value on the wafer (None: the
+    target's, the serving system's `bytes_per_param`; the GPU side prices both models at its
+    own precision).
+
+    Why the draft's own bytes (session 85): the speculative engine's report prices each
+    model at its own config's dtype (`SpeculativeDecoder.report`: a bfloat16 draft folder of
+    a float32 target), and the planner priced the draft at the target's bytes, so a run of
+    that pair was priced on another placement search (`plan_speculative`, the shortest
+    round) and `wse plan infer --draft` priced a placement the pair does not hold."""
 
     draft: Any
     gamma: int
     alpha: float
+    draft_bytes_per_param: int | None = None
 
     def __post_init__(self) -> None:
         _whole("gamma", self.gamma)
+        if self.draft_bytes_per_param is not None:
+            _whole("draft_bytes_per_param", self.draft_bytes_per_param)
         if not 0.0 <= self.alpha <= 1.0:  # also refuses NaN
             raise ServingError(f"alpha must be in [0, 1], got {self.alpha!r}")
 
@@ -187,7 +199,8 @@ class Speculation:
     def to_dict(self) -> dict[str, Any]:
         name = getattr(self.draft, "name", None) or type(self.draft).__name__
         return {"draft": name, "gamma": self.gamma, "alpha": self.alpha,
-                "tokens_per_round": self.tokens_per_round}  # fmt: skip
+                "tokens_per_round": self.tokens_per_round,
+                "draft_bytes_per_param": self.draft_bytes_per_param}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

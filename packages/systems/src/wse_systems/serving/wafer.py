@@ -65,7 +65,8 @@ passes between wafers). The pipeline:
   (the draft on the PE rows of every wafer, the target on the rest; a round is gamma draft
   tokens one after another then the target's pass over gamma + 1 tokens in blocks as a
   prompt), emitting E = (1 - a^(g+1)) / (1 - a) tokens; R = ceil((O - 1) / E) whole rounds a
-  request (`frontier.decode_steps`), D's units; the placement searched at each load and layout.
+  request (`frontier.decode_steps`), D's units; the placement searched at each load and layout,
+  the draft at its own bytes a value (`Speculation.draft_bytes_per_param`).
 """
 
 from __future__ import annotations
@@ -195,10 +196,16 @@ class WaferServing:
         return dict(num_wafers=self.units, context_len=self.workload.held_tokens, slots=users,
                     regions=dataclasses.replace(self._regions(layout), stages=stages))  # fmt: skip
 
+    def _param_bytes(self) -> sp.ParamBytes:
+        """The target's bytes a value and the draft's own (`Speculation.draft_bytes_per_param`;
+        None: the target's)."""
+        draft = None if self.speculation is None else self.speculation.draft_bytes_per_param
+        return sp.ParamBytes(target=self.bytes_per_param, draft=draft)
+
     def _speculative(self, users: int, layout: str) -> tuple[PipelinePlan, PipelinePlan]:
-        kv, bpp = self.workload.kv_tokens, self.bytes_per_param
+        kv = self.workload.kv_tokens
         return sp.place_speculative(
-            self.config, self.speculation.draft, self.spec, param_bytes=sp.ParamBytes(target=bpp),
+            self.config, self.speculation.draft, self.spec, param_bytes=self._param_bytes(),
             round=sp.RoundSetup(self.speculation.gamma, kv,
                                 lambda config, plan: self._price(config, plan, kv),
                                 self._load(users)),
@@ -214,7 +221,7 @@ class WaferServing:
                 plan_pipeline(self.config, self.spec, bytes_per_param=bpp, **asked)
             else:
                 sp.fewest_draft_rows(self.config, self.speculation.draft, self.spec,
-                                     param_bytes=sp.ParamBytes(target=bpp), **asked)  # fmt: skip
+                                     param_bytes=self._param_bytes(), **asked)  # fmt: skip
         except PipelinePlanError:
             return False
         return True
