@@ -68,7 +68,7 @@ from wse_systems.attention import EXP_FMACS, EXP_KEY, attention_phases, exp_fmac
 from wse_systems.matvec import matvec_phases, matvec_work, perf_rates
 from wse_systems.meshgemm import meshgemm_phases
 from wse_systems.meshgemv import DECODE_AXES, meshgemv_phases, route_resets
-from wse_systems.pipeline import check_gemv, to_edge
+from wse_systems.pipeline import check_gemv
 from wse_systems.transformer import DecoderShape, layer_products, mlp_zeros_problem
 
 __all__ = ["EXP_FMACS", "DECODER_ASSUMPTIONS", "matvec_phases", "matvec_work", "layer_phases",
@@ -195,14 +195,14 @@ def _to_next(
 
 def token_out_work(plan: Any) -> Work:
     """The chosen token's trip off the wafer to the host, once per token: from the head
-    region to its wafer's nearest edge (`wse_systems.pipeline.to_edge`, fabric hops), its id
+    region to its wafer's nearest edge (`PipelinePlan.to_edge`, fabric hops), its id
     (`TOKEN_ID_BYTES`) at the system's I/O rate and one pass to the host
     (`system_latency_s`). On the critical path only when the wafer's I/O waits on compute
     (Cerebras' first inference release; `wse_systems.published.PUBLISHED_SETUP`)."""
     return Work(
         host_io_bytes=TOKEN_ID_BYTES,
         system_hops=1.0,
-        latency_hops=float(to_edge(plan.head.region, plan.spec)),
+        latency_hops=float(plan.to_edge(plan.head.region)),
     )
 
 

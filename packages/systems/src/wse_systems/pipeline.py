@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 from wse_core.errors import is_int, require_int, shown_setting
 from wse_core.hw.spec import WaferSpec
+from wse_core.hw.sram import Region
 
 from wse_systems.meshgemv import SOURCE as MESHGEMV_SOURCE
 from wse_systems.placement import (
@@ -152,6 +153,12 @@ class PipelinePlan:
     bytes_per_param: int
     layout: str = "banded"  # LAYOUTS: full-width bands, or near-square rectangles in strips
     gemv: str = "sdk"  # GEMV_PROGRAMS: the program each GEMV is priced as (an assumption)
+    # the wafer's PE rows above and below the plan's `spec.pe_rows` (PE rows): where a
+    # footprint lies on each wafer (`wse_systems.token.footprint_plans`: from the top row; a
+    # speculative target below its draft's rows, `serving.speculative`), so a region's trip
+    # to its wafer's edge (`to_edge`) ends at the wafer's edge, not the footprint's
+    rows_above: int = 0
+    rows_below: int = 0
 
     @property
     def num_stages(self) -> int:
@@ -186,8 +193,20 @@ class PipelinePlan:
         for w in range(self.num_wafers):
             mine = by_wafer.get(w, [])
             first = self.head if w == 0 else mine[0]
-            hops += to_edge(first.region, self.spec) + to_edge(mine[-1].region, self.spec)
+            hops += self.to_edge(first.region) + self.to_edge(mine[-1].region)
         return hops
+
+    def within(self, *, above: int = 0, below: int = 0) -> PipelinePlan:
+        """This plan on a wafer with `above` more PE rows above its footprint and `below` more
+        below it (a footprint of rows that are themselves part of a wafer: the rows add)."""
+        return dataclasses.replace(
+            self, rows_above=self.rows_above + above, rows_below=self.rows_below + below
+        )
+
+    def to_edge(self, region: Region) -> int:
+        """Hops from `region` of this plan to its wafer's nearest edge (`to_edge`), the
+        wafer's rows beyond the plan's footprint counted."""
+        return to_edge(region, self.spec, rows_above=self.rows_above, rows_below=self.rows_below)
 
     def summary(self) -> dict[str, Any]:
         return {

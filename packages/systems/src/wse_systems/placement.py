@@ -94,10 +94,14 @@ def _rows_by_bytes(total_rows: int, sizes: list[int]) -> list[int]:
     return rows
 
 
-def to_edge(region: Region, spec: WaferSpec) -> int:
-    """Hops from `region` to the nearest edge of its wafer (0 for a band that spans it)."""
+def to_edge(region: Region, spec: WaferSpec, *, rows_above: int = 0, rows_below: int = 0) -> int:
+    """Hops from `region` (placed on `spec`'s PE rows) to the nearest edge of its wafer (0 for
+    a band that spans it), the wafer having `rows_above` more PE rows above those and
+    `rows_below` below (a footprint's place on it: `PipelinePlan.rows_above`; session 85:
+    a footprint's last row was taken for the wafer's edge)."""
     r1, c1 = region.row0 + region.rows, region.col0 + region.cols
-    return min(region.row0, spec.pe_rows - r1, region.col0, spec.pe_cols - c1)
+    return min(rows_above + region.row0, rows_below + spec.pe_rows - r1, region.col0,
+               spec.pe_cols - c1)  # fmt: skip
 
 
 def compact_strips(regions: int, spec: WaferSpec, *, pe_rows: int | None = None) -> int:

@@ -260,11 +260,14 @@ def footprint_plans(
     """For each footprint below the whole wafer, fewest rows first: (the wafer of its PE
     rows, `spec` cut to each of `footprint_rows`; the plans of `ladder_plans` on it, the
     head on the ladder of `step` of its rows). A plan on a footprint is `plan_pipeline`'s
-    on the cut wafer: its regions tile the footprint, the other rows idle (or a draft's:
-    `place_speculative`)."""
+    on the cut wafer: its regions tile the footprint, the wafer's top `rows` rows (its
+    `rows_below` the rest: a trip to the wafer's edge ends at the wafer's), the other rows
+    idle (or, the footprint a draft's, the target's: `place_speculative`)."""
     for rows in footprint_rows(config, spec, step=step, **plan_kwargs):
         cut = spec.replace(pe_rows=rows)
-        yield cut, ladder_plans(config, cut, step=step, **plan_kwargs)
+        below = spec.pe_rows - rows
+        yield cut, [p.within(below=below) for p in ladder_plans(config, cut, step=step,
+                                                                **plan_kwargs)]  # fmt: skip
 
 
 def placement_plans(config: Any, spec: WaferSpec, **plan_kwargs: Any) -> list[PipelinePlan]:

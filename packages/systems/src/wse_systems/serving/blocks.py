@@ -296,12 +296,14 @@ def priced_by(plan: PipelinePlan) -> tuple:
     """What `price_pipeline` reads of `plan` (beside the config and the KV read): each
     region's rectangle, layers and per-user bytes (a token's work does not depend on the
     users in flight), the wafer's rows (a speculative search plans each model on some of
-    them) and count, the bytes per parameter."""
+    them) and where they lie on it (the rows above and below: a trip to its edge) and
+    count, the bytes per parameter."""
     per_user = tuple(
         (s.name, s.wafer, s.layers, s.region, s.weight_bytes, s.kv_bytes / plan.slots,
          s.user_act_bytes / plan.slots, s.item_act_bytes) for s in (plan.head, *plan.stages)
     )  # fmt: skip
-    return (plan.spec.pe_rows, plan.num_wafers, plan.bytes_per_param, per_user)
+    return (plan.spec.pe_rows, plan.rows_above, plan.rows_below, plan.num_wafers,
+            plan.bytes_per_param, per_user)  # fmt: skip
 
 
 def block_caps(config: Any, plan: PipelinePlan) -> dict[str, Any]:

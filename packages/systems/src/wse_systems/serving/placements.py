@@ -201,8 +201,9 @@ def _plan(
     asked = ws._asked(users, *shape)
     if head_rows is not None:
         asked["regions"] = dataclasses.replace(asked["regions"], head_rows=head_rows)
-    spec = ws.spec if on is None else on
-    return plan_pipeline(ws.config, spec, bytes_per_param=ws.bytes_per_param, **asked), None
+    spec = ws.spec if on is None else on  # a footprint: the wafer's top rows
+    plan = plan_pipeline(ws.config, spec, bytes_per_param=ws.bytes_per_param, **asked)
+    return plan.within(below=ws.spec.pe_rows - spec.pe_rows), None
 
 
 def _candidates(

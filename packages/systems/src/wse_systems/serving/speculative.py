@@ -3,11 +3,13 @@
 Contract. `place_speculative(target, draft, spec, num_wafers=, context_len=,
 round=RoundSetup(gamma, kv_tokens, price), slots=, param_bytes=ParamBytes(target=, draft=),
 regions=Regions(...))` is the one placement of draft-and-verify decoding: the draft takes
-some PE rows of every wafer (its own `plan_pipeline` on those rows), the target the rest of
-each wafer, the split and each model's head rows those that price the round period of its
-`slots` users shortest (hunt 68: not the fewest rows by bytes; hunt 72: at the load, not one
-user; see it); -> (target plan, draft plan), `PipelinePlanError`
-when they do not fit together (`fewest_draft_rows` says so alone, without pricing).
+some PE rows of every wafer (its own `plan_pipeline` on those rows, the wafer's top ones, as
+a plain plan's footprint), the target the rest of each wafer below them (each plan's
+`rows_above` / `rows_below`: a trip to the wafer's edge ends at the wafer's), the split
+and each model's head rows those that price the round period of its `slots` users
+shortest (hunt 68: not the fewest rows by bytes; hunt 72: at the load, not one user; see
+it); -> (target plan, draft plan), `PipelinePlanError` when they do not fit together
+(`fewest_draft_rows` says so alone, without pricing).
 `speculative_round(target, target_plan, draft, draft_plan, gamma=, kv_tokens=)` is one round
 (a `Round`): gamma draft decode tokens one after another, then the target's pass over
 gamma + 1 tokens in the prompt blocks that finish soonest (`wse_systems.serving.blocks.
@@ -199,8 +201,9 @@ def place_speculative(
     for cut, drafts in footprint_plans(draft, spec, **dkw):
         # the draft first (the smaller model): on rows that cannot hold it, the target's
         # placements are not planned; nothing is priced until both hold
-        rest = spec.replace(pe_rows=spec.pe_rows - cut.pe_rows)
-        targets = ladder_plans(target, rest, step=GRID_STEP, **tkw) if drafts else []
+        rest = spec.replace(pe_rows=spec.pe_rows - cut.pe_rows)  # below the draft's rows
+        laid = ladder_plans(target, rest, step=GRID_STEP, **tkw) if drafts else []
+        targets = [p.within(above=cut.pe_rows) for p in laid]
         # each model's plans fastest first (a tie keeps the fewer head rows): at one user the
         # pair of the two fastest, as each model alone chooses
         pairs = [(t, d) for t in sorted(targets, key=lambda p: verify(p)[0])
@@ -215,8 +218,10 @@ def place_speculative(
     if best is not None:
         return best[1], best[2]
     rest, rows_of_draft = spec.replace(pe_rows=spec.pe_rows - lo), spec.replace(pe_rows=lo)
-    return (fastest_plan(target, rest, lambda p: verify(p)[0], **tkw),
-            fastest_plan(draft, rows_of_draft, lambda p: drafting(p)[0], **dkw))  # fmt: skip
+    below, above = dict(below=spec.pe_rows - lo), dict(above=lo)  # each model's rows around
+    t = fastest_plan(target, rest, lambda p: verify(p.within(**above))[0], **tkw)
+    d = fastest_plan(draft, rows_of_draft, lambda p: drafting(p.within(**below))[0], **dkw)
+    return t.within(**above), d.within(**below)
 
 
 def _period(verify: tuple[float, float], drafting: tuple[float, float], users: int):
