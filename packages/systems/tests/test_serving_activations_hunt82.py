@@ -16,11 +16,11 @@ bf16); the planner itself at the users a note names (those fit, one more does no
 
 from __future__ import annotations
 
-import pytest
 import wse_models
 from wse_core.cost.assumptions import assumed_spec
 from wse_systems.pipeline import SLOT_STATE_BYTES, PipelinePlanError, Regions, plan_pipeline
 from wse_systems.serving import WaferServing, Workload
+from wse_systems.serving.placements import OUTPUT_TIE
 
 LLAMA8B = wse_models.preset_config("llama3-8b", dtype="bfloat16")
 WSE3 = assumed_spec("wse3")
@@ -45,12 +45,20 @@ def test_a_region_holds_one_items_activations_and_the_head_each_users_state():
 
 def test_short_requests_at_many_users_keep_the_placement_of_fewer():
     """5,000 users fit the 32-stage placement that 2,048 take: every request holds its
-    bottleneck as long, so the output rate is the same (before: 8 stages, 36%)."""
+    bottleneck as long, so the output rate is the same, the bottleneck's (before: 8 stages,
+    36%) within a tie (`OUTPUT_TIE`): a request's own path (its prompt's pass, then its
+    window with the other prompts that catch its items, session 85) outlasts every user's
+    request through the bottleneck by 1.56 ms at either load, 0.29% of the period at 2,048
+    users, 0.12% at 5,000 (runs of the policy on it, 300 and 600 users evenly spaced, served
+    1.3% and 0.3% below the bottleneck's rate)."""
     ws = WaferServing(LLAMA8B, WSE3, num_wafers=1, workload=SHORT, search_stages=True)
     few, many = ws.point(2048), ws.point(5000)
     for key in ("layout", "stages", "head_rows", "pe_rows", "bottleneck_s_per_request"):
         assert many.layout[key] == few.layout[key]
-    assert many.aggregate_tokens_per_s == pytest.approx(few.aggregate_tokens_per_s, rel=1e-12)
+    rate = SHORT.output_tokens / few.layout["bottleneck_s_per_request"]
+    for p in (few, many):
+        assert (1 - OUTPUT_TIE) * rate <= p.aggregate_tokens_per_s <= rate * (1 + 1e-12)
+    assert many.aggregate_tokens_per_s >= few.aggregate_tokens_per_s
     assert many.layout["not_held"] == "" and ws.max_users > 5000
 
 

@@ -297,7 +297,9 @@ def test_wafer_a_request_is_its_prompt_blocks_and_its_output_tokens():
         passing = prompt.prompt_blocks_s(16, k)
         tau = max(latency, u * max(held.values()))  # a token in free flow
         window = AFTER * tau + min(u - 1, AFTER) * max(0.0, passing - tau)
-        if u - 1 > AFTER and passing > tau:  # hunt 73: the prompts past those items catch one
+        # hunt 73: the prompts past those items catch one; session 85: so too where the pass
+        # freezes none (passing <= tau), the items waiting their turn at the busiest element
+        if u - 1 > AFTER:
             big, cap = max(own.values()), u * max(work.values())
             base = window
             window = brentq(  # w = base + C Bp, C the others' prompts in w (one a period)

@@ -35,7 +35,12 @@ of decode items, first come first served within each class; U users in a closed 
   D = R tau + N (L - e tau)+ + C Bp, solved with T (hunt 73: N alone priced Llama 3 8B on a
   CS-3 with 128 + 20 tokens at 128 users 132 tokens/s a user, evenly spaced users ran 81.4;
   now 116.5 and 122.9 at the 8-token blocks chosen; a one-token output after 8,192 tokens
-  is priced half what runs serve). A bound, the
+  is priced half what runs serve). The freezes end where L falls to e tau, the catches do
+  not: an item still waits its turn at the busiest element (tau = U h*) and a prompt that
+  arrives then goes ahead of it, so C Bp stays and D is continuous in the load (session 85:
+  without it Llama 3 8B's 128 + 20 tokens in 8-token blocks on a wse3 had a 248 ms window
+  at 176 users, 59 ms at 183, and a 222 ms first token, every other prompt before it; runs
+  with the users evenly spaced 252 and 267 ms, first tokens 17 and 14 ms). A bound, the
   least output over the users' phases (a run with the users evenly spaced attains it while
   the passes fit apart): passes that overlap freeze less (the later prompt's blocks
   pipeline behind the earlier's), and the closed loop overlaps them (the users a convoy
@@ -43,9 +48,14 @@ of decode items, first come first served within each class; U users in a closed 
   starting phases set (a run settles in a cycle that keeps it). At the blocks the bound
   chooses (short passes, prompts bound by the busiest element) it is a few percent below a
   run; at long blocks far below (tests/test_serving_queueing_hunt72.py);
-- the period max(L + D, U max_j W_j): the own path, or the busiest element full (every
-  user's whole request through it once; then a new request waits to be admitted, and the
-  least first token is that wait). A wait of the prompt behind the others' prompts is not
+- the period T = max(L + D, U max_j W_j): the own path, or the busiest element full (every
+  user's whole request through it once; then a new request waits to be admitted). A
+  user's period is its first token and its window, so the least first token is T - D (L,
+  and when full that wait): D the longest window over the users' phases, T - D is the
+  shortest first token, and the bound on its mean (below) lies between it and T less the
+  decode alone (session 85: the window without C Bp left every prompt's hold at the busiest
+  element before the first token when full, 222 ms, above that bound's 112 ms and the
+  runs' 14-56 ms). A wait of the prompt behind the others' prompts is not
   added to the own path: those passes are the ones D already freezes (hunt 73: charged
   twice, Llama 3 8B with 4,096 + 16 tokens served 7% less at two users than at one);
 - the first token, a bound on its mean over the users' phases (`first_s`, the point's
@@ -195,17 +205,17 @@ class RequestWork:
     def window_s(self, users: int) -> float:
         """D: the output window with every other user's prompt convoy in it, a freeze
         lengthened by the prompts that catch the item while it waits (the module): the root
-        of D = R tau + N (L - e tau) + min(U - 1 - N, (U - 1) D / T) Bp, T the
-        period at D, by bisection (the right side rises with D, at a slope under one)."""
+        of D = R tau + N (L - e tau)+ + min(U - 1 - N, (U - 1) D / T) Bp, T the period at D,
+        by bisection (the right side rises with D, at a slope under one); the catches kept
+        where L <= e tau freezes nothing (the item waits at the busiest element: continuous)."""
         if not self.units:  # one output token: the prompt's pass emits it, no window
             return 0.0
         tau, alone = self.unit_s(users), self.decode_s / self.units
         share = 1.0 if self.entry_s is None else self.entry_s / alone  # e
         frozen = min(users - 1, self.units * self.entries)
-        if self.prompt_s <= share * tau:
-            return self.units * tau
-        # R tau + N (L - e tau), as (R - N e) tau + N L: R L exactly where every item waits
-        base = (self.units - frozen * share) * tau + frozen * self.prompt_s
+        base = self.units * tau  # R tau + N (L - e tau)+, the freezes none where L <= e tau
+        if self.prompt_s > share * tau:  # as (R - N e) tau + N L: R L where every item waits
+            base = (self.units - frozen * share) * tau + frozen * self.prompt_s
         spare = users - 1 - frozen  # the other prompts, past the N a freeze begins with
         if spare <= 0:
             return base

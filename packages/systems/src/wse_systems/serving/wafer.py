@@ -45,11 +45,12 @@ passes between wafers). The pipeline:
   to idle, and runs of the policy served 38-62% of the priced output at 16-64 users with
   1,024-token blocks): a decode token entering the pipeline behind another user's prompt
   trails its last block element by element (a convoy), so each other user's prompt freezes
-  the output for its pass less the token ahead; D = R tau + min(U - 1, R) (L - tau)+, tau =
-  max(T1, U max_j h_j) a token in free flow (`RequestWork.window_s`): the least output over
-  the users' phases (passes that overlap freeze less), a bound named in the point
-  (`layout["output_bound"]`), a few percent below a discrete-event run of the policy at the
-  blocks it chooses, far below at long blocks (`RequestWork`); per-user speed (O - 1) / D;
+  the output for its pass less the token ahead, and the prompts past R catch a waiting token
+  for Bp each: D = R tau + min(U - 1, R) (L - tau)+ + C Bp, tau = max(T1, U max_j h_j) a
+  token in free flow (`RequestWork.window_s`): the least output over the users' phases
+  (passes that overlap freeze less), a bound named in the point (`layout["output_bound"]`),
+  a few percent below a discrete-event run of the policy at the blocks it chooses, far
+  below at long blocks (`RequestWork`); per-user speed (O - 1) / D;
 - the period (`wse_systems.serving.frontier.RequestTimes`, as the GPUs'): L + D (no wait
   behind the others' prompts added: D freezes for those passes), or U max_j W_j when the
   busiest element is full (a new request then waits to be admitted); the least first token
