@@ -1,6 +1,8 @@
 """WaferLLM's MeshGEMV measured on a CS-3 (FxPiGaAo/WaferLLM wse_result.json @5c67053): the
-rows fit CS-3's hop and ramp latencies only, the WSE-2 calibration is untouched, the fit is a
-least squares an independent solve reproduces, and its leave-one-out can fail."""
+rows fit CS-3's hop and ramp latencies, DSD issue and scalar instruction (issue 41: no
+intercept, every cycle a counted mechanism), the WSE-2 calibration is untouched, the fit is
+what an independent solve gives, a row's cycles are counted by hand per mechanism, and its
+leave-one-out can fail."""
 
 import math
 
@@ -13,13 +15,15 @@ from wse_core.cost.calibration import (
     MESHGEMV_WSE3,
     Calibration,
     current,
+    meshgemv_case,
     leave_one_out,
     meshgemv_row_phases,
     rows,
 )
 
 GEMV = "meshgemv wse3"
-CS3 = ("hop_latency_cycles", "ramp_latency_cycles")
+CS3 = ("hop_latency_cycles", "ramp_latency_cycles", "dsd_issue_cycles", "scalar_instruction_cycles")
+SCALARS = 25 + 14  # the call's control and the repeat loop's, counted in meshgemv_rows
 
 
 def _case(r):
@@ -27,12 +31,15 @@ def _case(r):
 
 
 def test_the_rows_are_the_published_file_s():
-    # 16 Mt = Nt = 1 runs (P = 16 .. 720, group_num 2, 4, 8 at P = 16 and 80) and 12 with
-    # Mt = Nt = 8; a few figures as wse_result.json gives them.
-    assert len(MESHGEMV_WSE3) == 28
+    # 16 Mt = Nt = 1 runs (P = 16 .. 720, group_num 2, 4, 8 at P = 16 and 80), 12 with
+    # Mt = Nt = 8, and 10 at g = 8 with Mt = 8, Nt = 1 or Mt = 1, Nt = 8 (P = 16, 80, 208, 400,
+    # 720; issue 41 added them: they tell an FMAC DSD from the reduce of Nt values); a few
+    # figures as wse_result.json gives them.
+    assert len(MESHGEMV_WSE3) == 38
     got = {r[:4]: r[4] for r in MESHGEMV_WSE3}
     assert got[(144, 144, 144, 8)] == 601.95 and got[(720, 5760, 5760, 8)] == 2358.033565432099
     assert got[(80, 80, 80, 2)] == 596.96 and got[(80, 80, 80, 4)] == 468.95
+    assert got[(80, 640, 80, 8)] == 437.95 and got[(720, 720, 5760, 8)] == 2339.2125
     assert all(r[5] == f"output_P{r[0]}_M{r[1]}_N{r[2]}_G{r[3]}.txt" for r in MESHGEMV_WSE3)
 
 
@@ -44,14 +51,17 @@ def test_wse2_calibration_is_the_same_with_or_without_the_cs3_rows():
     old = [r for r in rows(without) if not str(r["case"]).startswith(GEMV)]
     new = [r for r in rows(cal) if not str(r["case"]).startswith(GEMV)]
     assert old == new
-    # The WSE-2 and WSE-1 presets price the sourced fabric constants; WSE-3 the fitted ones.
+    # The WSE-2 and WSE-1 presets price the sourced fabric constants and the WSE-2 fit's DSD
+    # issue; WSE-3 the CS-3 fit's four.
     for name in ("wse2", "wse1", "small"):
         rates = PerfModel(preset(name)).rates
         assert (rates.hop_latency_cycles, rates.ramp_latency_cycles) == (1.0, 2.0)
+        assert rates.dsd_issue_cycles == cal.values["dsd_issue_cycles"]  # 11.49, WSE-2's
+        assert rates.scalar_instruction_cycles == 1.0  # assumed, as before
     rates = PerfModel(preset("wse3")).rates
     fit = cal.by_system["CS-3"]
-    assert (rates.hop_latency_cycles, rates.ramp_latency_cycles) == (fit[CS3[0]], fit[CS3[1]])
-    assert rates.dsd_issue_cycles == cal.values["dsd_issue_cycles"]  # the WSE-2 fit's
+    assert tuple(fit) == CS3
+    assert all(getattr(rates, k) == fit[k] for k in CS3)
 
 
 def test_an_assumed_or_given_fabric_constant_is_priced_not_the_fit():
@@ -73,53 +83,96 @@ def _geometry(p, groups):
     return h1 + h2 * m + max(root, p - 1 - root), h1 + h2 + 1
 
 
-def test_the_fit_is_the_least_squares_an_independent_solve_gives():
+def _cs3(**given):
+    """The rows' wafer with CS-3's fit in place (or `given` values) and the WSE-2 values
+    of the other fitted constants."""
+    spec, priced = meshgemv_case()
+    return spec.replace(**given), priced
+
+
+def test_a_row_counted_by_hand_per_mechanism():
+    # P = 80, g = 8 (m = 10 PEs a group, root 5; 8 groups, root group 4; the global root
+    # 4 * 10 + 5 = 45), Nt = 1, Mt = 1 and 8, by hand from the kernel's code:
+    # DSDs: zero, Mt FMACs, the far end's send, the group root's 2 adds, the far group root's
+    # send, the global root's 2 adds, its broadcast = 8 + Mt, one element-cycle each (fp16,
+    # 1 value); hops 5 (to the group root) + 4 x 10 (over the group roots) + 45 (the
+    # broadcast's farther end); relays 5 + 4 + 1; scalar instructions 25 + 14.
     cal = current()
-    fit = [r for r in MESHGEMV_WSE3 if r[1] == r[0] and (r[0], r[3]) in MESHGEMV_FITTED]
-    assert len(fit) == 10
-    spec = preset("wse3").replace(ramp_latency_cycles=0.0)  # hops 1 cycle, relays 1 cycle
-    model = PerfModel(spec, Calibration(values=cal.values))  # the WSE-2 fit's, no CS-3 fit
+    spec, priced = _cs3()
+    f = cal.by_system["CS-3"]
+    for mt in (1, 8):
+        mech = PerfModel(spec, priced).evaluate(meshgemv_row_phases(80, 80 * mt, 80, 8))
+        by = mech.by_mechanism()
+        dsds = 8 + mt
+        assert by["simd"] == pytest.approx(dsds)
+        assert by["dsd_issue"] == pytest.approx(dsds * f["dsd_issue_cycles"])
+        assert by["scalar"] == pytest.approx(SCALARS * f["scalar_instruction_cycles"])
+        assert by["hop"] == pytest.approx(90 * f["hop_latency_cycles"])
+        assert by["relay"] == pytest.approx(10 * (2 * f["ramp_latency_cycles"] + 1))
+        assert set(by) == {"simd", "dsd_issue", "scalar", "hop", "relay"}
+        hand = (dsds * (1 + f["dsd_issue_cycles"]) + SCALARS * f["scalar_instruction_cycles"]
+                + 90 * f["hop_latency_cycles"] + 10 * (2 * f["ramp_latency_cycles"] + 1))  # fmt: skip
+        assert mech.seconds * spec.clock_hz == pytest.approx(hand)
+
+
+def test_the_fit_is_what_an_independent_solve_gives():
+    cal = current()
+    fit = cal.by_system["CS-3"]
+    pub = {r[:4]: r[4] for r in MESHGEMV_WSE3}
+    # dsd_issue_cycles: each Mt = 8, Nt = 1 row less its Mt = 1 partner is 7 more FMAC DSDs
+    # of one fp16 element (1 cycle each, plus the issue): by hand, over the two pairs
+    pairs = [(80, 8), (720, 8)]
+    extra = sum(pub[(p, 8 * p, p, g)] - pub[(p, p, p, g)] for p, g in pairs)
+    assert fit["dsd_issue_cycles"] == pytest.approx(extra / (7 * len(pairs)) - 1, rel=1e-6)
+    # then hop, ramp and the scalar instruction: least squares on the Mt = 1 rows' relative
+    # residuals, cycles = base + hop H + (2 T_R + 1) R + 39 s (H, R by hand)
+    ones = [r for r in MESHGEMV_WSE3 if r[1] == r[2] == r[0] and (r[0], 1, 1, r[3]) in MESHGEMV_FITTED]
+    assert len(ones) == 10
+    spec, priced = _cs3(ramp_latency_cycles=0.0, hop_latency_cycles=1.0,
+                        scalar_instruction_cycles=0.0)  # fmt: skip
+    model = PerfModel(spec, priced)
     rows_x, y = [], []
-    for p, m, n, g, cycles, _ in fit:
+    for p, m, n, g, cycles, _ in ones:
         hops, relays = _geometry(p, g)
         t = model.evaluate(meshgemv_row_phases(p, m, n, g)).seconds * spec.clock_hz
-        base = t - hops - relays  # the cycles no hop or relay prices
-        # cycles = base + c + hop H + (2 T_R + 1) R, least squares on relative residuals
-        rows_x.append(np.array([1.0, hops, 2.0 * relays]) / cycles)
+        base = t - hops - relays  # the DSDs' cycles at the fitted issue
+        rows_x.append(np.array([hops, 2.0 * relays, SCALARS]) / cycles)
         y.append(1.0 - (base + relays) / cycles)
-    c, hop, ramp = np.linalg.lstsq(np.array(rows_x), np.array(y), rcond=None)[0]
-    fitted = cal.by_system["CS-3"]
-    assert fitted["hop_latency_cycles"] == pytest.approx(hop, rel=1e-6)
-    assert fitted["ramp_latency_cycles"] == pytest.approx(ramp, rel=1e-6)
-    assert cal.intercepts[GEMV] == pytest.approx(c, rel=1e-6)
-    # about 2 cycles a hop and 9.6 a relay stage: twice the WSE-2 sources' 1 and 5
+    hop, ramp, scalar = np.linalg.lstsq(np.array(rows_x), np.array(y), rcond=None)[0]
+    assert fit["hop_latency_cycles"] == pytest.approx(hop, rel=1e-6)
+    assert fit["ramp_latency_cycles"] == pytest.approx(ramp, rel=1e-6)
+    assert fit["scalar_instruction_cycles"] == pytest.approx(scalar, rel=1e-6)
+    # about 2 cycles a hop and 9 a relay stage, 2 a DSD beyond its elements (WSE-2's fit:
+    # 11.5) and 3 a scalar instruction
     assert 1.8 < hop < 2.3 and 8.0 < 2 * ramp + 1 < 11.0
+    assert 1.5 < fit["dsd_issue_cycles"] < 3.0 and 2.0 < scalar < 4.0
+    assert not cal.intercepts  # issue 41: no per-source intercept is fitted any more
 
 
-def test_fitted_rows_within_five_percent_and_the_checks_reported():
+def test_fitted_rows_within_five_percent_and_every_check_within_ten():
     table = {str(r["case"]): r for r in rows() if str(r["case"]).startswith(GEMV)}
     fitted = [r for r in table.values() if str(r["role"]).startswith("fits")]
-    assert len(fitted) == 10 and all(abs(r["ratio"] - 1) < 0.05 for r in fitted)
+    assert len(fitted) == 12 and all(abs(r["ratio"] - 1) < 0.05 for r in fitted)
     checks = [r for r in MESHGEMV_WSE3 if table[_case(r)]["role"] == "check"]
-    assert len(checks) == 18
-    for r in checks:
-        miss = table[_case(r)]["ratio"] - 1
-        if r[1] == r[0]:  # the other P of the same kernel shape: within 5%
-            assert abs(miss) < 0.05, r
-        else:  # Mt = Nt = 8: seven more FMAC DSDs, each priced at the WSE-2 fit's issue
-            # (11.5 cycles; the rows' own M series says about 3): always slow, by the
-            # over-charge over the GEMV's cycles, so within 10% from P = 272 on
-            assert miss > 0, r
-            assert miss < (0.10 if r[0] >= 272 else 0.30), r
+    assert len(checks) == 26
+    # issue 41's target: every check within 10% (before: Mt = Nt = 8 at +26% at P = 16, the
+    # WSE-2 fit's 11.5-cycle issue on each of the seven more FMACs); now within 5.1%
+    assert all(abs(table[_case(r)]["ratio"] - 1) < 0.06 for r in checks)
 
 
 def test_meshgemv_leave_one_out_fails_when_a_row_is_perturbed():
     loo = {r["case"]: r for r in leave_one_out() if str(r["case"]).startswith(GEMV)}
-    assert len(loo) == 10
+    assert len(loo) == 12
     assert all(abs(r["error_without_row"]) < 0.06 for r in loo.values())
-    # The g = 2 run at P = 80 measured 30% slower: the other nine rows do not predict it.
+    # The g = 2 run at P = 80 measured 30% slower: the other rows do not predict it.
     case = f"{GEMV} P80 M80 N80 g2"
     bad = {case: 596.96 * 1.3}
     moved = {r["case"]: r for r in leave_one_out(bad)}
     assert moved[case]["error_without_row"] < -0.20
     assert math.isclose(moved[case]["published"], 596.96 * 1.3)
+    # The Mt = 8 run at P = 80 measured 10% slower: the DSD issue the P = 720 pair gives
+    # does not predict it.
+    case = f"{GEMV} P80 M640 N80 g8"
+    moved = {r["case"]: r for r in leave_one_out({case: 437.95 * 1.1})}
+    # (its own leave-one-out error is +2.4%: -6.6% with the 10% added)
+    assert moved[case]["error_without_row"] < min(-0.05, loo[case]["error_without_row"] - 0.08)

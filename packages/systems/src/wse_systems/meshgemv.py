@@ -31,7 +31,13 @@ across it, each PE holds Kt = ceil(n_in / a) inputs and Nt = ceil(n_out / b) out
 - broadcast: the root's `@mov16(bdcast_send, own)` of Nt values (decode.csl; the routers
   multicast both ways: ceil(Nt x bytes / 4) wavelets on its ramp), to the farther end of the
   line (max(root, a - 1 - root) hops), one relay. (meshgemv.csl sends up then down, two `@fmovh`:
-  the decode's one multicast is what decode runs.)
+  the decode's one multicast is what decode runs.) Each chain's far end sends first, one move
+  DSD of Nt to the fabric on the critical path (`two_tree_allreduce`).
+- control: the call's scalar instructions on the critical path between those DSDs (the call,
+  the DSR loads, the role tests of the allreduce: `wse_core.cost.meshgemv_rows.KERNEL_CONTROL`,
+  counted by hand, 25), at `scalar_instruction_cycles` (on a CS-3 fitted with the DSD issue on
+  WaferLLM's measured MeshGEMV rows, issue 41). The measured rows' own repeat loop and timer
+  reads (`HARNESS_CONTROL`) are the measurement's, not a decode's: not charged here.
 
 Between products that reduce along different axes the decode rewrites its allreduce's routes
 (`route_resets`): `decode_struct` calls `reconfig_allreduce_axis` `RECONFIGS_PER_LAYER` = 6
@@ -65,6 +71,7 @@ import math
 from wse_core.cost.assumptions import register_system_constant, system_constant
 from wse_core.cost.collectives import two_tree_allreduce
 from wse_core.cost.mechanisms import Constant
+from wse_core.cost.meshgemv_rows import KERNEL_CONTROL, scalar_count
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.divisors import divisors
 from wse_core.hw.spec import WaferSpec
@@ -202,7 +209,9 @@ def meshgemv_parts(
         sram_read_bytes=2 * fired * nt * size,
         sram_write_bytes=fired * nt * size,
     )
-    return (("zero", zero), ("gemv", gemv), *_allreduce(a, g, nt, bytes_per_value))
+    control = Work(scalar_instructions=scalar_count(KERNEL_CONTROL))
+    return (("zero", zero), ("gemv", gemv), *_allreduce(a, g, nt, bytes_per_value),
+            ("control", control))  # fmt: skip
 
 
 def meshgemv_phases(

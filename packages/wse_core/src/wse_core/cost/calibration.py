@@ -284,7 +284,9 @@ def meshgemv_case(cal: Calibration | None = None) -> tuple[WaferSpec, Calibratio
     fitted fields in place) and the calibration to price it with (its `values`)."""
     cal = cal or current()
     spec = _wse("wse3")
-    return spec.replace(**cal.by_system.get(MESHGEMV_SYSTEM, {})), Calibration(values=cal.values)
+    own = cal.by_system.get(MESHGEMV_SYSTEM, {})
+    values = {k: v for k, v in cal.values.items() if k not in own}  # CS-3's own in the spec
+    return spec.replace(**own), Calibration(values=values)
 
 
 def _table_rows(excluded: frozenset[str], published: Mapping[str, float]):
@@ -366,16 +368,13 @@ def _fit(excluded: frozenset[str] = frozenset(), published: Mapping[str, float] 
               if abs(m := model(cal) / figure - 1.0) > 1e-6}  # fmt: skip
     on_wafer = {k.removeprefix(CALIBRATION_PREFIX): v for k, v in pinned.items()
                 if k.startswith(CALIBRATION_PREFIX)}  # fmt: skip
-    wse3, intercept = fit_meshgemv(
-        _wse("wse3"), Calibration(values=cal.values), excluded, published
-    )
+    wse3 = fit_meshgemv(_wse("wse3"), Calibration(values=cal.values), excluded, published)
     by_system = {MESHGEMV_SYSTEM: FrozenMapping(wse3)} if wse3 else {}
     return dataclasses.replace(
         cal, settings=FrozenMapping(settings), misses=FrozenMapping(misses),
         wafer="wse2", clock_hz=_wse("wse2").clock_hz, wafer_assumed=FrozenMapping(on_wafer),
         by_system=FrozenMapping(by_system),
         system_fitted_on=FrozenMapping(dict.fromkeys(wse3, MESHGEMV_ROWS_TEXT)),
-        intercepts=FrozenMapping({"meshgemv wse3": intercept} if wse3 else {}),
     )  # fmt: skip
 
 
@@ -450,17 +449,16 @@ def rows(
 
 
 def _gemv_rows(cal: Calibration, pub: Mapping[str, float]) -> list[dict[str, object]]:
-    """The MeshGEMV rows (cycles of one GEMV, the rows' intercept included), each fitting
-    CS-3's hop and ramp latencies or a check."""
+    """The MeshGEMV rows (cycles of one GEMV, every one a counted mechanism), each fitting
+    CS-3's `SYSTEM_FITTED` constants or a check."""
     spec, priced = meshgemv_case(cal)
     fitted = SYSTEM_FITTED[MESHGEMV_SYSTEM]
     fits = f"fits {', '.join(fitted)}"  # on CS-3 (the case says wse3): docs/experiments.md
-    intercept = cal.intercepts.get("meshgemv wse3", 0.0)
     out = []
     for r in MESHGEMV_WSE3:
         role = fits if gemv_fits(r) and MESHGEMV_SYSTEM in cal.by_system else "check"
         case = meshgemv_row_case(r)
-        model = gemv_cycles(spec, priced, r, intercept)
+        model = gemv_cycles(spec, priced, r)
         out.append(row(case, "cycles", pub.get(case, r[4]), model, role, "latency"))
     return out
 

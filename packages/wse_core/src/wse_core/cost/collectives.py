@@ -117,18 +117,25 @@ def two_tree_allreduce(
     its measured MeshGEMV rows with it, `wse_core.cost.calibration`): the chain to each
     group's root (reduce_group), the chain over the group roots (reduce_groups) and the
     root's multicast both ways (broadcast), each as its ops, ramp wavelets, hops and relay
-    stages."""
+    stages. Each chain starts with its far end's send, on the critical path: the group's end
+    PE's `@fmovh(mv_*_send, own)` (comm_pe.csl `two_tree_allreduce_y`, phase 1) and the far
+    group root's `@fmovh(*_reduce_send, own)` (phase 2), one move DSD of `nt` to the fabric
+    each (no SRAM write) beside the root's adds (issue 41: they were not counted)."""
     words = wavelets(nt, bytes_per_value)  # whole ones
     m = a // groups
     r1, h1 = _chain(m)
     r2, h2 = _chain(groups)
     root = r2 * m + r1
     add = lambda k: (Op("add", dtype, nt, count=k, fabric_in=True),) if k and nt else ()  # noqa: E731
+    send = lambda k: (Op("move", dtype, nt, mem_writes=0.0),) if k and nt else ()  # noqa: E731
     first = Work(
-        ops=add(_sides(m)), links={"ramp": _sides(m) * words}, latency_hops=h1, relay_stages=h1
+        ops=send(h1) + add(_sides(m)),
+        links={"ramp": _sides(m) * words},
+        latency_hops=h1,
+        relay_stages=h1,
     )
     second = Work(
-        ops=add(_sides(groups)),
+        ops=send(h2) + add(_sides(groups)),
         links={"ramp": _sides(groups) * words},
         latency_hops=h2 * m,
         relay_stages=h2,

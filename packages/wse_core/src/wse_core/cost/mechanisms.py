@@ -337,10 +337,12 @@ CALIBRATION_DEFAULTS: Mapping[str, float] = MappingProxyType(
 CALIBRATION_KEYS = tuple(CALIBRATION_DEFAULTS)
 # Spec fields fitted on one system's wafer only (system -> fields; `wse_core.cost.calibration`
 # fits them, `wse_core.cost.unapplied` exempts the wafer it prices them on): CS-3's fabric
-# latencies, on WaferLLM's MeshGEMV measured on a CS-3.
+# latencies, its DSD issue and its scalar instruction, on WaferLLM's MeshGEMV measured on a
+# CS-3 (issue 41: the Mt = 8 rows measure a DSD at ~2 cycles, not WSE-2's 11.5).
 SYSTEM_FITTED: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {"CS-3": ("hop_latency_cycles", "ramp_latency_cycles")}
-)
+    {"CS-3": ("hop_latency_cycles", "ramp_latency_cycles", "dsd_issue_cycles",
+              "scalar_instruction_cycles")}
+)  # fmt: skip
 
 
 # The constants each Cost.mechanisms key is priced with (for `mechanism_keys`): an
