@@ -28,13 +28,16 @@ figure and its role):
 - WaferLLM's MeshGEMV measured on a CS-3 (third-party hardware runs published with their
   inputs: FxPiGaAo/WaferLLM `MeshGEMV/WSE-3/wse_result.json`; `MESHGEMV_WSE3`, the data file
   `waferllm_meshgemv_wse3.csv` beside this module): priced on the `wse3` preset as the kernel
-  runs (`meshgemv_row_phases`). The Mt = Nt = 1 rows at P = 16 and 80 (group_num 2, 4, 8)
-  and at P = 144, 336, 528, 720 (`MESHGEMV_FITTED`) fit CS-3's `hop_latency_cycles` and
-  `ramp_latency_cycles` (least squares on relative residuals, with the rows' intercept: the
-  cycles per GEMV call that no mechanism prices, fitted beside them and priced nowhere else,
-  so that neither constant carries it); the other rows are checks. These are the only
-  per-wafer fitted constants (`Calibration.by_system`: a spec of system CS-3 prices them;
-  WSE-2 and WSE-1 keep the sourced values, and every WSE-2 row above is priced as before).
+  runs (`meshgemv_row_phases`). The Mt = 8, Nt = 1 rows at P = 80 and 720 less their Mt = 1
+  partners fit CS-3's `dsd_issue_cycles` (7 more FMAC DSDs, nothing else); then the Mt = Nt
+  = 1 rows at P = 16 and 80 (group_num 2, 4, 8) and at P = 144, 336, 528, 720
+  (`MESHGEMV_FITTED`) fit CS-3's `hop_latency_cycles`, `ramp_latency_cycles` and
+  `scalar_instruction_cycles` (the call's control, its scalar instructions counted by hand:
+  `meshgemv_rows.KERNEL_CONTROL`, `HARNESS_CONTROL`) by least squares on relative residuals.
+  No intercept (issue 41: until then 64 cycles a call were a free parameter priced in these
+  rows only); the other rows are checks. These are the only per-wafer fitted constants
+  (`Calibration.by_system`: a spec of system CS-3 prices them; WSE-2 and WSE-1 keep their
+  values, and every WSE-2 row above is priced as before).
 - Checks (nothing fitted on them): lingzhi227/MIMD_dataflow's @fmacs instruction trace (WSE-2
   simulator: one fp32 element per cycle, the width `fp32_mul_width` prices); Rocki et al.
   (SC20): a wafer-wide allreduce "about 10% greater than the diameter" in cycles, on the
@@ -152,7 +155,8 @@ class Calibration:
     wafer_assumed: Mapping[str, float] = dataclasses.field(default_factory=dict)
     # fitted spec fields of one system's wafer only (system -> field -> value; `for_spec`),
     # the rows each was fitted on, and each source's intercept: cycles per measured call no
-    # mechanism prices, fitted beside them and priced in that source's rows only
+    # mechanism prices, fitted beside them and priced in that source's rows only (none since
+    # issue 41: the MeshGEMV rows' 64 cycles are counted scalar instructions and DSDs)
     by_system: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     system_fitted_on: Mapping[str, str] = dataclasses.field(default_factory=dict)
     intercepts: Mapping[str, float] = dataclasses.field(default_factory=dict)

@@ -23,9 +23,10 @@ A kernel pays a constant only by counting its mechanism in `wse_core.cost.perf.W
     host_io                          host_io_bytes_per_s, system_latency_s  Work.host_io_bytes,
                                                                     Work.system_hops
 
-`hop_latency_cycles` and `ramp_latency_cycles` are `sourced` on WSE-2 and WSE-1 and fitted on a
-CS-3's wafer only (`SYSTEM_FITTED`: WaferLLM's MeshGEMV measured on
-a CS-3; `Calibration.for_spec` puts them in a spec whose `system` is CS-3).
+`hop_latency_cycles` and `ramp_latency_cycles` are `sourced` on WSE-2 and WSE-1, and with
+`dsd_issue_cycles` (fitted on WSE-2's Table II) and `scalar_instruction_cycles` (assumed)
+fitted on a CS-3's wafer only (`SYSTEM_FITTED`: WaferLLM's MeshGEMV measured on a CS-3;
+`Calibration.for_spec` puts them in a spec whose `system` is CS-3).
 
 Bases: `published` (a vendor or SDK figure), `sourced` (a paper's text, cited), `inferred`
 (read from public material by us; the reasoning is in `source`), `assumed` (no public figure:
@@ -148,7 +149,9 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
             source="Jacquelin et al. Table II busy share (69.6% at 600 x 600): busy cycles less "
             "elements and task activations, over the DSDs a step issues; prior 3 (an SDK "
             "simulator trace shows 2-3 cycles from issue to the first element: "
-            "lingzhi227/MIMD_dataflow, docs/references/calibration-rows.md)",
+            "lingzhi227/MIMD_dataflow, docs/references/calibration-rows.md); on a CS-3 fitted "
+            "instead (wse_core.cost.meshgemv_rows: WaferLLM's MeshGEMV measured on a CS-3, "
+            "each Mt = 8 row less its Mt = 1 partner, 7 more @fmach DSDs in @map: about 2.1)",
             sweep=(3.0, 10.0, 20.0, 30.0),
         ),
         "task_activation_cycles": _C(
@@ -174,10 +177,13 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
         ),
         "scalar_instruction_cycles": _C(
             units="cycles/instruction",
-            mechanism="one scalar (non-DSD) instruction: a per-atom or per-pair scalar step",
+            mechanism="one scalar (non-DSD) instruction: a per-atom or per-pair scalar step, "
+            "a load, store, compare, branch, call or DSR load between DSDs",
             basis="assumed",
             limits=(0.0, 1000.0),
-            source="no public figure; one instruction issued per cycle",
+            source="no public figure; one instruction issued per cycle. On a CS-3 fitted "
+            "instead (wse_core.cost.meshgemv_rows: WaferLLM's MeshGEMV measured on a CS-3, "
+            "the call's 39 scalar instructions counted by hand from its CSL, about 3.1)",
             sweep=(1.0, 2.0, 4.0),
         ),
         "sram_read_bytes_per_cycle": _C(

@@ -194,9 +194,10 @@ def fit_meshgemv(
             return sum(cycles(at, hi) - cycles(at, lo) for lo, hi in pairs)
 
         want = sum(figure[hi] - figure[lo] for lo, hi in pairs)
-        slope = diff(1.0) - diff(0.0)
-        issue = {"dsd_issue_cycles": max(0.0, (want - diff(0.0)) / slope)}
-        fit = [r for r in fit if r[1] == r[0]]
+        slope = diff(1.0) - diff(0.0)  # 0 where an assumption holds the issue's value
+        if slope > 0:
+            issue = {"dsd_issue_cycles": max(0.0, (want - diff(0.0)) / slope)}
+            fit = [r for r in fit if r[1] == r[0]]
     free = [k for k in keys if k not in issue]
     if len(fit) < len(free):
         return {}
