@@ -8,13 +8,13 @@ busy profile at 600 x 600 (fits `dsd_issue_cycles`), the SDK-simulator SUMMA GEM
 Wang-oss-tech/csl-experiments (cycles; fits `task_activation_cycles`), lingzhi227/MIMD_dataflow's
 @fmacs trace (elements per cycle, a check), Rocki et al.'s allreduce at about 1.1 x the
 diameter (a check of the sourced fabric constants), WaferLLM's MeshGEMV measured on a CS-3
-by a third party (cycles of one GEMV; ten fit CS-3's hop and ramp latencies, eighteen are
-checks: `wse_core.cost.calibration.MESHGEMV_FITTED`), Llama 3.1 8B batch-1 decode on one
-WSE-3 (tokens/s, a check; the published setup, `wse_systems.published.PUBLISHED_SETUP`, on the
-plan `wse plan infer` serves it on, with the assumptions that move it and that no row
-identifies swept beside it: `params["swept ..."]`, `wse_systems.published.check_sweeps`). Each
-row says its role and carries its cycles by mechanism and what its own pricing read (`_priced`,
-`read_by`), not the whole run's.
+by a third party (cycles of one GEMV; twelve fit CS-3's hop and ramp latencies, DSD issue and
+scalar instruction, twenty-six are checks: `wse_core.cost.calibration.MESHGEMV_FITTED`),
+Llama 3.1 8B batch-1 decode on one WSE-3 (tokens/s, a check; the published setup,
+`wse_systems.published.PUBLISHED_SETUP`, on the plan `wse plan infer` serves it on, with the
+assumptions that move it and that no row identifies swept beside it: `params["swept ..."]`,
+`wse_systems.published.check_sweeps`). Each row says its role and carries its cycles by
+mechanism and what its own pricing read (`_priced`, `read_by`), not the whole run's.
 
 Measurements: `constant` rows (every `wse_core.cost.mechanisms` constant: its value on WSE-2
 and WSE-3 with the fitted ones in place, units, mechanism, basis, and its source or the rows
@@ -171,13 +171,14 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
 
 def constants_table() -> list[dict[str, object]]:
     """Every constant: its value on WSE-2 and on WSE-3 (fitted ones as the calibration sets
-    them: CS-3's hop and ramp latencies are fitted on its own rows),
+    them: CS-3's hop and ramp latencies, DSD issue and scalar instruction are fitted on its
+    own rows),
     units, mechanism, basis, and its source or the rows that fit it."""
     from wse_core.cost.assumptions import calibration_spec
 
     cal = current()
     rates = PerfModel(calibration_spec("wse2")).rates  # the calibration's WSE-2 (hunt 66)
-    rates3 = PerfModel(calibration_spec("wse3")).rates  # CS-3's fitted fabric constants
+    rates3 = PerfModel(calibration_spec("wse3")).rates  # CS-3's fitted constants
     on = {k: f"on WSE-3: {rows}" for k, rows in cal.system_fitted_on.items()}
     return [
         {

@@ -236,7 +236,8 @@ def note_work(work: Work, s: Any, c: Mapping[str, float], calibration: Any) -> N
     """Note what pricing `work` on `s` (the spec with the fitted constants in place) into the
     mechanism cycles `c` read, and whether each constant's sweep moves the phase."""
     base = _phase(c, s.overlap)
-    # a system's own fitted fields (CS-3's hop and ramp latencies), where priced from the fit
+    # a system's own fitted fields (CS-3's hop and ramp latencies, DSD issue and scalar
+    # instruction), where priced from the fit
     own = getattr(calibration, "by_system", {}).get(getattr(s, "system", ""), {})
     for key, at in _candidates(work, s, c).items():
         now, sweep = getattr(s, key), CONSTANTS[key].sweep
