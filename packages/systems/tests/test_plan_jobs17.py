@@ -122,7 +122,10 @@ def test_the_8b_calibration_row_is_never_slower_than_its_whole_wafer_plan():
     the check's plan (`wse plan infer --users 1`'s) is a footprint: 16 stages on 661 of the
     762 rows at CS-3's fitted hop and relay (8 on 523 at the sourced ones), regions wider
     than tall, which the whole wafer's strip count cannot give. The token-latency search
-    alone still keeps the whole wafer; the check's plan is never slower a token."""
+    alone kept the whole wafer until issue 41 (CS-3's DSD issue and scalar instruction
+    fitted on the MeshGEMV rows): it now takes a footprint too, 690 rows, 373.9 us against
+    the whole wafer's 374.8; the check's plan (474 rows since, 363.7 us) is never slower a
+    token."""
     setup = published.PUBLISHED_SETUP
     kv, out = int(setup["kv_tokens"]), bool(setup["token_out"])
     spec = assumed_spec("wse3")
@@ -131,7 +134,7 @@ def test_the_8b_calibration_row_is_never_slower_than_its_whole_wafer_plan():
                                   regions=Regions(gemv="sdk"))  # fmt: skip
     whole, seconds = _whole_wafer_fastest(LLAMA31_8B, spec, kv, out, num_wafers=1,
                                           context_len=setup["context_len"])  # fmt: skip
-    assert plan.spec == spec and seconds(plan) == seconds(whole)
+    assert plan.spec.pe_cols == spec.pe_cols and seconds(plan) <= seconds(whole)
     # the check row prices the serving planner's plan (hunt decode41), on its footprint
     check = published.check_case().plan
     assert check.spec.pe_rows < spec.pe_rows and check.spec.pe_cols == spec.pe_cols

@@ -45,18 +45,21 @@ def test_the_default_batch_is_no_slower_than_a_smaller_one_and_says_why():
     assert w["tokens_per_s"] == pytest.approx(_step_tokens_per_s(16))
     # hunt 74: 17's step at its fastest stride (54,473 tokens/s; 51,715 at the smallest;
     # 54,364 since hunt 82 took the program's 2 KiB off the token passes; 54,347 since
-    # session 84's CS-3 hop and relay latencies)
-    assert w["tokens_per_s"] > 1.10 * _step_tokens_per_s(17)
-    for smaller in (8, 12, 15):  # no smaller batch is faster either
-        assert w["tokens_per_s"] >= _step_tokens_per_s(smaller) * (1 - 1e-9)
+    # session 84's CS-3 hop and relay latencies; 63,406 since issue 41's CS-3 DSD issue and
+    # scalar instruction, fitted on the same rows: 16 is 1% ahead of it, 13.7% before)
+    assert w["tokens_per_s"] > _step_tokens_per_s(17)
+    # no smaller batch is faster beyond the policy's 1% (since issue 41 12 and 15 are 0.9%
+    # and 0.5% ahead of 16: 64,618 and 64,344 against 64,023; none was before)
+    for smaller in (8, 12, 15):
+        assert w["tokens_per_s"] >= _step_tokens_per_s(smaller) * (1 - 0.01)
     why = w["batch_choice"]
     # hunt 78: the default plan's batch is kept at the micro-batch asked that runs it, so
     # asking one no longer moves the batch (--micro-batch 1: 17). Hunt 82: ranked at auto's
     # tokens/s, 16 x 1 (54,408) was within 1% of 17 (54,364) and 17 was kept; each batch is
     # ranked at its fastest micro-batch now, what the hint offers (16: 2 x 8, 61,833;
     # session 84, CS-3's hop and relay latencies fitted on measured MeshGEMV: 17 at 54,347,
-    # 16 at 61,792)
-    assert why.startswith("16: ") and "17 (54,347 tokens/s)" in why and "16 (61,792" in why
+    # 16 at 61,792; issue 41: the batches near 19, not 17, 19 at 56,376, 16 at 64,023)
+    assert why.startswith("16: ") and "19 (56,376 tokens/s)" in why and "16 (64,023" in why
     assert why.endswith("tokens/s at each batch's fastest micro-batch, kept at micro-batch "
                         "explore")  # fmt: skip
     assert any("default_batch" in n for n in plan.assumptions)

@@ -357,6 +357,9 @@ def listed(spec: Any, calibration: Any = None, priced: Any = None) -> dict[str, 
     was listed as "3 (changed by --assume)")."""
     changed = active()
     fitted = dict(getattr(calibration, "values", None) or {})
+    if fitted and hasattr(calibration, "for_spec"):  # a system's own fit of one (issue 41:
+        own = calibration.for_spec(spec)  # CS-3's DSD issue, not the WSE-2 fit's)
+        fitted |= {k: v for k, v in own.items() if k in fitted}
     if priced is None:
         holds = held()
         priced = spec.replace(**holds) if holds else spec
@@ -375,6 +378,8 @@ def _line(spec: Any, priced: Any, key: str, fit: tuple, changed: Mapping[str, fl
     fitted, cal = fit
     if key in fitted:  # six significant digits: what a reader reruns by hand
         rows = getattr(cal, "fitted_on", {}).get(key, "the calibration rows")
+        if fitted[key] != getattr(cal, "values", {}).get(key):  # the system's own fit
+            rows = getattr(cal, "system_fitted_on", {}).get(key, rows)
         how = f" (fitted on {rows}; prior {value_of(spec, key):g})"
         return f"{fitted[key]:.6g}{how}: {why}"
     value = value_of(priced, key)

@@ -138,15 +138,30 @@ def fit_reads(calibration: Any) -> Reads | None:
     return _FITS.get(id(calibration))
 
 
-def note_calibration(calibration: Any, moves: bool = True) -> None:
+def note_calibration(
+    calibration: Any, moves: bool = True, own: Mapping[str, float] | None = None,
+    system_only: bool = False,
+) -> None:  # fmt: skip
     """A fitted constant was priced from `calibration` (`moves`: it moved the prediction):
     what refits it is read too (the settings and fitted constants its fit read,
-    `fit_reads`)."""
+    `fit_reads`). `own`: the priced system's own fit (`Calibration.by_system`), listed at
+    its values, never at the WSE-2 fit's (issue 41: a CS-3 prediction listed
+    dsd_issue_cycles at its own 2.14 and WSE-2's 11.49); `system_only`: the constant priced
+    is one of `own`, whose rows (WaferLLM's MeshGEMV on a CS-3) read only `own`'s four, so
+    the WSE-2 fit's constants and settings, which no longer move them, are not listed; of
+    `own` only those an assumption holds on the rows' wafer too (`FITTED`'s) refit them."""
     fit = fit_reads(calibration)
     if not fit:
         return
+    for key, value in (own or {}).items():  # an assumption holds only the WSE-2-fitted
+        if key in FITTED:  # constants on every wafer, the rows' too: they refit the others
+            read(key, value, moves and key in fit.moving)
+    if system_only:
+        return
     fitted = calibration.values  # the fit read its iterates too: the values it settled on
     for key, values in fit.values.items():
+        if own and key in own:
+            continue
         if key in CALIBRATION_KEYS or key in FITTED:
             for v in [fitted[key]] if key in fitted else values:
                 read(key, v, moves and key in fit.moving)
@@ -244,8 +259,10 @@ def note_work(work: Work, s: Any, c: Mapping[str, float], calibration: Any) -> N
         moves = any(_phase({**c, **at(v)}, s.overlap) != base
                     for v in (min(sweep), max(sweep)) if v != now) if sweep else False  # fmt: skip
         read(key, now, moves)
-        if (key in FITTED and key in getattr(calibration, "values", {})) or own.get(key) == now:
-            note_calibration(calibration, moves)
+        if own.get(key) == now:
+            note_calibration(calibration, moves, own, system_only=True)
+        elif key in FITTED and key in getattr(calibration, "values", {}):
+            note_calibration(calibration, moves, own)
     if any(work.links.values()) or any(op.fabric_in for op in work.ops):
         read("link_bytes_per_cycle", s.link_bytes_per_cycle, False)  # no sweep: published
     if base:
