@@ -84,10 +84,10 @@ def test_the_chosen_placement_is_the_fastest_that_holds_the_plan(layout):
         ladder = [p for h in head_rows_ladder(WSE3)
                   if (p := _holds(ctx, users, layout=layout, head_rows=h))]  # fmt: skip
         # the whole wafer's ladder, or (issue 41: CS-3's DSD issue and scalar instruction
-    # fitted on the MeshGEMV rows) a footprint of fewer rows that is faster still
-    whole = chosen.spec.pe_rows == WSE3.pe_rows
-    best = min(map(_seconds, ladder))
-    assert ladder and (_seconds(chosen) == best if whole else _seconds(chosen) < best)
+        # fitted on the MeshGEMV rows) a footprint of fewer rows that is faster still
+        whole = chosen.spec.pe_rows == WSE3.pe_rows
+        best = min(map(_seconds, ladder))
+        assert ladder and (_seconds(chosen) == best if whole else _seconds(chosen) < best)
         # the hole's alternatives: regions by the bytes of this reservation and of every
         # larger one (each holds this plan); none gives a faster token
         for more in [r for r in RESERVED if _larger((ctx, users), r)]:
