@@ -233,8 +233,9 @@ def test_8b_calibration_row_is_a_check_not_a_fit():
     strict=True,
     reason="issue 41's done-criterion: the 8B check within 10% of 1,800 tokens/s. As published "
     "(Artificial Analysis' 1k workload: 1,500 cached tokens; the token's trip to the host per "
-    "token), on the plan `wse plan infer` serves it on (compact, 16 stages on 661 rows; hunt "
-    "decode41: one region a layer was priced, ~3,011), at CS-3's hop and relay latencies "
+    "token), on the plan `wse plan infer` serves it on (compact, 16 stages on 474 rows, 661 "
+    "in session 84; hunt decode41: one region a layer was priced, ~3,011), at CS-3's hop and "
+    "relay latencies "
     "fitted on WaferLLM's MeshGEMV measured on a CS-3 (session 84; ~3,452, +92%, at the "
     "sourced ones), with CS-3's DSD issue and scalar instruction fitted on the same rows "
     "(issue 41; ~2,417, +34%, before), the model gives ~2,749 tokens/s (+53%). Swept beside "
