@@ -195,9 +195,9 @@ def fit_meshgemv(
 
         want = sum(figure[hi] - figure[lo] for lo, hi in pairs)
         slope = diff(1.0) - diff(0.0)  # 0 where an assumption holds the issue's value
-        if slope > 0:
-            issue = {"dsd_issue_cycles": max(0.0, (want - diff(0.0)) / slope)}
-            fit = [r for r in fit if r[1] == r[0]]
+        held = Pricing(base, others).rates.dsd_issue_cycles  # that value, priced everywhere
+        issue = {"dsd_issue_cycles": max(0.0, (want - diff(0.0)) / slope) if slope else held}
+        fit = [r for r in fit if r[1] == r[0]]
     free = [k for k in keys if k not in issue]
     if len(fit) < len(free):
         return {}

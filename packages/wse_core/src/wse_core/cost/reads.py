@@ -254,6 +254,7 @@ def note_work(work: Work, s: Any, c: Mapping[str, float], calibration: Any) -> N
     # a system's own fitted fields (CS-3's hop and ramp latencies, DSD issue and scalar
     # instruction), where priced from the fit
     own = getattr(calibration, "by_system", {}).get(getattr(s, "system", ""), {})
+    own = {k: v for k, v in own.items() if getattr(s, k, None) == v}  # priced, not held
     for key, at in _candidates(work, s, c).items():
         now, sweep = getattr(s, key), CONSTANTS[key].sweep
         moves = any(_phase({**c, **at(v)}, s.overlap) != base
