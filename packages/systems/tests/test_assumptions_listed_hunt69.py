@@ -103,7 +103,7 @@ def _check_exact(kind: str, keys, both: bool) -> None:
 def test_plan_train_lists_the_constants_that_move_it_and_no_other():
     # movers: the clock, the SwarmX tree (4 systems), the exponential; idle: the rest
     keys = ("clock_hz", "swarmx_fanout", attention.EXP_KEY, "ramp_latency_cycles",
-            "scalar_instruction_cycles")  # fmt: skip
+            "scalar_instruction_cycles", "control_instruction_cycles")  # fmt: skip
     _check_exact("train", keys, both=False)
 
 

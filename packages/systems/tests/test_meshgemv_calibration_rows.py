@@ -5,7 +5,7 @@ the rows' repeat loop (`HARNESS_CONTROL`, the measurement's own) the one differe
 import pytest
 from wse_core import PerfModel, preset
 from wse_core.cost.calibration import MESHGEMV_WSE3, meshgemv_row_phases
-from wse_core.cost.meshgemv_rows import HARNESS_CONTROL, scalar_count
+from wse_core.cost.meshgemv_rows import HARNESS_CONTROL, control_count
 from wse_core.hw.sram import Region
 from wse_systems.meshgemv import meshgemv_phases
 
@@ -19,10 +19,10 @@ def test_calibration_rows_price_as_meshgemv_phases(row):
     theirs = model.evaluate(
         meshgemv_phases(Region("r", 0, 0, p, p), (m, n), reduce_axis="rows", groups=g, spec=spec)
     )
-    harness = scalar_count(HARNESS_CONTROL) * model.rates.scalar_instruction_cycles
+    harness = control_count(HARNESS_CONTROL) * model.rates.control_instruction_cycles
     assert ours.seconds * spec.clock_hz == pytest.approx(theirs.seconds * spec.clock_hz + harness)
     mine, decode = ours.by_mechanism(), theirs.by_mechanism()
-    assert mine.pop("scalar") == pytest.approx(decode.pop("scalar") + harness)
+    assert mine.pop("control") == pytest.approx(decode.pop("control") + harness)
     assert mine == decode
 
 

@@ -138,7 +138,7 @@ def test_meshgemv_counted_by_hand():
     from wse_systems.meshgemv import best_groups, meshgemv_phases
 
     d, _t = _consts()
-    s = PerfModel(SPEC).rates.scalar_instruction_cycles
+    s = PerfModel(SPEC).rates.control_instruction_cycles
     assert s == 1.0  # the tiny preset is no system's: the assumed 1, not the CS-3 fit
     region = Region("m", 0, 0, 4, 6)
     got = _cycles(meshgemv_phases(region, (12, 16), reduce_axis="cols", groups=2, spec=SPEC))
@@ -159,9 +159,9 @@ def test_meshgemv_counted_by_hand():
     # broadcast: @mov16 of 4 to the fabric (4 wide: 1 cycle; 2 words on the ramp, under
     # it), multicast to the far end (column 0: 4 hops), 1 relay
     assert got["broadcast"] == pytest.approx(1 + d + 4 + RELAY)
-    # control: the call's 25 scalar instructions (meshgemv_rows.KERNEL_CONTROL: the call,
+    # control: the call's 25 control instructions (meshgemv_rows.KERNEL_CONTROL: the call,
     # 4 DSR loads and a base address, the @map's set-up, the allreduce's call and return and
-    # its role tests), 1 cycle each on this wafer (assumed)
+    # its role tests), 1 cycle each on this wafer (assumed), the `control` mechanism
     assert got["control"] == pytest.approx(25 * s)
     assert sum(got.values()) == pytest.approx(35 + 9 * d + 25 * s)  # 33 + 7 d before issue 41
     # nothing before or after: no flood of the input and no move back
@@ -200,3 +200,31 @@ def test_decode_prices_the_gemv_program_the_plan_names():
         assert report.extra["plan"]["gemv"] == plan.gemv
     with pytest.raises(ValueError, match="gemv"):
         plan_pipeline(toy, preset("small"), context_len=64, regions=Regions(gemv="cannon"))
+
+
+def test_a_wse3_meshgemv_call_pays_the_cs3_control_constant():
+    """Issue 41 (fix85-ctrl): on WSE-3 the call's 25 control instructions are priced at
+    CS-3's fitted `control_instruction_cycles` (3.09, WaferLLM's MeshGEMV rows), none at
+    `scalar_instruction_cycles` (assumed 1): the call at control 1 is 25 x (3.09 - 1)
+    cycles faster, and the scalar constant moves nothing."""
+    from wse_core.cost.assumptions import assume
+    from wse_core.cost.calibration import current
+    from wse_systems.meshgemv import meshgemv_phases
+
+    wse3 = preset("wse3")
+    c = current().by_system["CS-3"]["control_instruction_cycles"]
+
+    def call(spec):
+        phases = meshgemv_phases(Region("m", 0, 0, 80, 80), (80, 80), reduce_axis="rows",
+                                 groups=8, spec=spec)  # fmt: skip
+        t = PerfModel(spec).evaluate(phases)
+        return t.seconds * spec.clock_hz, t.by_mechanism()
+
+    fitted, mech = call(wse3)
+    assert PerfModel(wse3).rates.control_instruction_cycles == c and 3.0 < c < 3.2
+    assert mech["control"] == pytest.approx(25 * c) and mech.get("scalar", 0.0) == 0.0
+    with assume(control_instruction_cycles=1.0):  # held over the fit (a spec's 1.0 is the preset's)
+        at_one, _ = call(wse3)
+    assert fitted - at_one == pytest.approx(25 * (c - 1.0))
+    scalar_moved, _ = call(wse3.replace(scalar_instruction_cycles=4.0))
+    assert scalar_moved == fitted

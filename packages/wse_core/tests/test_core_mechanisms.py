@@ -12,7 +12,7 @@ from wse_core.cost.calibration import UNCALIBRATED, Calibration, current
 from wse_core.cost.collectives import ALGORITHMS, allreduce_2d, line_work, reduce_line
 from wse_core.cost.mechanisms import CALIBRATION_DEFAULTS, CONSTANTS, MECHANISMS
 from wse_core.cost.perf import overlap, serial
-from wse_core.errors import SpecError
+from wse_core.errors import SpecError, WseError
 from wse_core.hw.spec import WaferSpec
 from wse_core.studies.experiment import PredictionRow
 from wse_core.studies.sweeps import parse_sweep, sweep
@@ -106,6 +106,21 @@ def test_scalar_work_is_priced_as_scalar_instructions_not_dsds():
     assert mech["scalar"] == 30 and mech["dsd_issue"] == 0
     dsds = MODEL.mechanisms(Work(ops=(Op("add", "fp32", 1, count=30),)))[0]
     assert dsds["simd"] + dsds["dsd_issue"] == 30 + 30 * 7.0
+
+
+def test_control_work_is_its_own_mechanism_not_scalar():
+    # 25 control instructions (a call, its DSR loads, role tests: MeshGEMV's call) at
+    # control_instruction_cycles, 2.5 here; the scalar constant prices none of them, and
+    # both sit in the core's stream (compute) beside each other.
+    spec = SPEC.replace(control_instruction_cycles=2.5, scalar_instruction_cycles=4.0)
+    mech = PerfModel(spec, UNCALIBRATED).mechanisms(Work(control_instructions=25))[0]
+    assert mech["control"] == 62.5 and mech["scalar"] == 0 and mech["dsd_issue"] == 0
+    both = Work(control_instructions=25, scalar_instructions=10)
+    assert PerfModel(spec, UNCALIBRATED).cost(both).compute_cycles == 62.5 + 40.0
+    assert (Work(control_instructions=2) + Work(control_instructions=3)).control_instructions == 5
+    assert Work(control_instructions=4).scaled(0.5).control_instructions == 2
+    with pytest.raises(WseError, match="control_instructions"):
+        Work(control_instructions=-1)
 
 
 def test_each_row_shows_the_assumed_constants_that_move_it_with_their_range():

@@ -33,11 +33,12 @@ across it, each PE holds Kt = ceil(n_in / a) inputs and Nt = ceil(n_out / b) out
   line (max(root, a - 1 - root) hops), one relay. (meshgemv.csl sends up then down, two `@fmovh`:
   the decode's one multicast is what decode runs.) Each chain's far end sends first, one move
   DSD of Nt to the fabric on the critical path (`two_tree_allreduce`).
-- control: the call's scalar instructions on the critical path between those DSDs (the call,
+- control: the call's control instructions on the critical path between those DSDs (the call,
   the DSR loads, the role tests of the allreduce: `wse_core.cost.meshgemv_rows.KERNEL_CONTROL`,
-  counted by hand, 25), at `scalar_instruction_cycles` (on a CS-3 fitted with the DSD issue on
-  WaferLLM's measured MeshGEMV rows, issue 41). The measured rows' own repeat loop and timer
-  reads (`HARNESS_CONTROL`) are the measurement's, not a decode's: not charged here.
+  counted by hand, 25), at `control_instruction_cycles` (on a CS-3 fitted with the DSD issue
+  on WaferLLM's measured MeshGEMV rows, issue 41; a kernel's own scalar arithmetic, e.g. MD's,
+  is `scalar_instruction_cycles`, assumed 1 on every system). The measured rows' own repeat
+  loop and timer reads (`HARNESS_CONTROL`) are the measurement's, not a decode's: not charged here.
 
 Between products that reduce along different axes the decode rewrites its allreduce's routes
 (`route_resets`): `decode_struct` calls `reconfig_allreduce_axis` `RECONFIGS_PER_LAYER` = 6
@@ -71,7 +72,7 @@ import math
 from wse_core.cost.assumptions import register_system_constant, system_constant
 from wse_core.cost.collectives import two_tree_allreduce
 from wse_core.cost.mechanisms import Constant
-from wse_core.cost.meshgemv_rows import KERNEL_CONTROL, scalar_count
+from wse_core.cost.meshgemv_rows import KERNEL_CONTROL, control_count
 from wse_core.cost.perf import Op, PerfModel, Phase, Phases, Work, serial
 from wse_core.divisors import divisors
 from wse_core.hw.spec import WaferSpec
@@ -209,7 +210,7 @@ def meshgemv_parts(
         sram_read_bytes=2 * fired * nt * size,
         sram_write_bytes=fired * nt * size,
     )
-    control = Work(scalar_instructions=scalar_count(KERNEL_CONTROL))
+    control = Work(control_instructions=control_count(KERNEL_CONTROL))
     return (("zero", zero), ("gemv", gemv), *_allreduce(a, g, nt, bytes_per_value),
             ("control", control))  # fmt: skip
 

@@ -9,7 +9,7 @@ Wang-oss-tech/csl-experiments (cycles; fits `task_activation_cycles`), lingzhi22
 @fmacs trace (elements per cycle, a check), Rocki et al.'s allreduce at about 1.1 x the
 diameter (a check of the sourced fabric constants), WaferLLM's MeshGEMV measured on a CS-3
 by a third party (cycles of one GEMV; twelve fit CS-3's hop and ramp latencies, DSD issue and
-scalar instruction, twenty-six are checks: `wse_core.cost.calibration.MESHGEMV_FITTED`),
+control instruction, twenty-six are checks: `wse_core.cost.calibration.MESHGEMV_FITTED`),
 Llama 3.1 8B batch-1 decode on one WSE-3 (tokens/s, a check; the published setup,
 `wse_systems.published.PUBLISHED_SETUP`, on the plan `wse plan infer` serves it on, with the
 assumptions that move it and that no row identifies swept beside it: `params["swept ..."]`,
@@ -171,7 +171,7 @@ def run_predictions(*, seed: int = 0) -> list[PredictionRow]:
 
 def constants_table() -> list[dict[str, object]]:
     """Every constant: its value on WSE-2 and on WSE-3 (fitted ones as the calibration sets
-    them: CS-3's hop and ramp latencies, DSD issue and scalar instruction are fitted on its
+    them: CS-3's hop and ramp latencies, DSD issue and control instruction are fitted on its
     own rows),
     units, mechanism, basis, and its source or the rows that fit it."""
     from wse_core.cost.assumptions import calibration_spec

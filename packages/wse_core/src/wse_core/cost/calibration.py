@@ -32,7 +32,7 @@ figure and its role):
   partners fit CS-3's `dsd_issue_cycles` (7 more FMAC DSDs, nothing else); then the Mt = Nt
   = 1 rows at P = 16 and 80 (group_num 2, 4, 8) and at P = 144, 336, 528, 720
   (`MESHGEMV_FITTED`) fit CS-3's `hop_latency_cycles`, `ramp_latency_cycles` and
-  `scalar_instruction_cycles` (the call's control, its scalar instructions counted by hand:
+  `control_instruction_cycles` (the call's control flow, its instructions counted by hand:
   `meshgemv_rows.KERNEL_CONTROL`, `HARNESS_CONTROL`) by least squares on relative residuals.
   No intercept (issue 41: until then 64 cycles a call were a free parameter priced in these
   rows only); the other rows are checks. These are the only per-wafer fitted constants
@@ -156,7 +156,7 @@ class Calibration:
     # fitted spec fields of one system's wafer only (system -> field -> value; `for_spec`),
     # the rows each was fitted on, and each source's intercept: cycles per measured call no
     # mechanism prices, fitted beside them and priced in that source's rows only (none since
-    # issue 41: the MeshGEMV rows' 64 cycles are counted scalar instructions and DSDs)
+    # issue 41: the MeshGEMV rows' 64 cycles are counted control instructions and DSDs)
     by_system: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     system_fitted_on: Mapping[str, str] = dataclasses.field(default_factory=dict)
     intercepts: Mapping[str, float] = dataclasses.field(default_factory=dict)

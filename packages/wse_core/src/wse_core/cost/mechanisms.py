@@ -14,6 +14,7 @@ A kernel pays a constant only by counting its mechanism in `wse_core.cost.perf.W
     dsd_issue                        dsd_issue_cycles               Op.count (DSDs issued)
     task_activation                  task_activation_cycles         Work.task_activations
     scalar                           scalar_instruction_cycles      Work.scalar_instructions
+    control                          control_instruction_cycles     Work.control_instructions
     sram                             sram_*_bytes_per_cycle         Work.sram_*_bytes
     link                             link_bytes_per_cycle           Work.links (busiest, incl. ramp)
     hop                              hop_latency_cycles             Work.latency_hops
@@ -24,7 +25,7 @@ A kernel pays a constant only by counting its mechanism in `wse_core.cost.perf.W
                                                                     Work.system_hops
 
 `hop_latency_cycles` and `ramp_latency_cycles` are `sourced` on WSE-2 and WSE-1, and with
-`dsd_issue_cycles` (fitted on WSE-2's Table II) and `scalar_instruction_cycles` (assumed)
+`dsd_issue_cycles` (fitted on WSE-2's Table II) and `control_instruction_cycles` (assumed)
 fitted on a CS-3's wafer only (`SYSTEM_FITTED`: WaferLLM's MeshGEMV measured on a CS-3;
 `Calibration.for_spec` puts them in a spec whose `system` is CS-3).
 
@@ -72,7 +73,7 @@ __all__ = [
 Basis = Literal["published", "sourced", "inferred", "assumed", "fitted"]
 
 # Cost.mechanisms keys, grouped as the overlap rule uses them (wse_core.cost.perf.OVERLAP).
-CORE_MECHANISMS = ("simd", "dsd_issue", "task_activation", "scalar")
+CORE_MECHANISMS = ("simd", "dsd_issue", "task_activation", "scalar", "control")
 LATENCY_MECHANISMS = ("hop", "relay", "router_switch", "fixed")
 MECHANISMS = (*CORE_MECHANISMS, "sram", "link", *LATENCY_MECHANISMS, "host_io")
 
@@ -177,14 +178,25 @@ CONSTANTS: Mapping[str, Constant] = MappingProxyType(
         ),
         "scalar_instruction_cycles": _C(
             units="cycles/instruction",
-            mechanism="one scalar (non-DSD) instruction: a per-atom or per-pair scalar step, "
-            "a load, store, compare, branch, call or DSR load between DSDs",
+            mechanism="one scalar (non-DSD) instruction of a kernel's own work: a per-atom or "
+            "per-pair scalar step (its loads, stores, compares, branches); a call's control "
+            "between DSDs is control_instruction_cycles",
+            basis="assumed",
+            limits=(0.0, 1000.0),
+            source="no public figure; one instruction issued per cycle, on every system (the "
+            "CS-3 MeshGEMV rows measure control instructions only: control_instruction_cycles)",
+            sweep=(1.0, 2.0, 4.0),
+        ),
+        "control_instruction_cycles": _C(
+            units="cycles/instruction",
+            mechanism="control flow between DSDs: a call, return, branch, compare of a role, "
+            "DSR load or DSD base-address set",
             basis="assumed",
             limits=(0.0, 1000.0),
             source="no public figure; one instruction issued per cycle. On a CS-3 fitted "
             "instead (wse_core.cost.meshgemv_rows: WaferLLM's MeshGEMV measured on a CS-3, "
-            "the call's 39 scalar instructions counted by hand from its CSL, about 3.1)",
-            sweep=(1.0, 2.0, 4.0),
+            "the call's 39 control instructions counted by hand from its CSL, about 3.1)",
+            sweep=(1.0, 2.0, 3.0, 4.0),
         ),
         "sram_read_bytes_per_cycle": _C(
             units="B/cycle per PE",
@@ -343,11 +355,11 @@ CALIBRATION_DEFAULTS: Mapping[str, float] = MappingProxyType(
 CALIBRATION_KEYS = tuple(CALIBRATION_DEFAULTS)
 # Spec fields fitted on one system's wafer only (system -> fields; `wse_core.cost.calibration`
 # fits them, `wse_core.cost.unapplied` exempts the wafer it prices them on): CS-3's fabric
-# latencies, its DSD issue and its scalar instruction, on WaferLLM's MeshGEMV measured on a
+# latencies, its DSD issue and its control instruction, on WaferLLM's MeshGEMV measured on a
 # CS-3 (issue 41: the Mt = 8 rows measure a DSD at ~2 cycles, not WSE-2's 11.5).
 SYSTEM_FITTED: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {"CS-3": ("hop_latency_cycles", "ramp_latency_cycles", "dsd_issue_cycles",
-              "scalar_instruction_cycles")}
+              "control_instruction_cycles")}
 )  # fmt: skip
 
 
@@ -361,6 +373,7 @@ MECHANISM_CONSTANTS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "dsd_issue": _REFIT,
         "task_activation": _REFIT,
         "scalar": ("scalar_instruction_cycles",),
+        "control": ("control_instruction_cycles",),
         "link": ("link_bytes_per_cycle",),
         "sram": ("sram_read_bytes_per_cycle", "sram_write_bytes_per_cycle"),
         "hop": ("hop_latency_cycles",),

@@ -1,6 +1,6 @@
 """WaferLLM's MeshGEMV measured on a CS-3 by a third party: the calibration's rows that fit
 CS-3's `hop_latency_cycles`, `ramp_latency_cycles`, `dsd_issue_cycles` and
-`scalar_instruction_cycles` (`wse_core.cost.calibration`, which fits them after the WSE-2
+`control_instruction_cycles` (`wse_core.cost.calibration`, which fits them after the WSE-2
 constants and prices the rows' table; docs/references/calibration-rows.md). The data file
 beside this module (`waferllm_meshgemv_wse3.csv`) holds 38 rows of FxPiGaAo/WaferLLM
 `MeshGEMV/WSE-3/wse_result.json` at 5c67053 (per-PE TSC mean, 100 repeats, one raw log per
@@ -14,7 +14,7 @@ wavelet-triggered activation), the timer read three times in all (twice before t
 repeat, once after the last: 0.03 reads a GEMV, not priced). A repeat's critical cycle runs
 from the far end's receipt of the last broadcast through its zero, its `@map` of Mt FMACs, its
 send, the chains and adds to the root, and the root's broadcast back: the DSDs and relay
-stages `wse_systems.meshgemv` counts, and the scalar control between them
+stages `wse_systems.meshgemv` counts, and the control instructions between them
 (`KERNEL_CONTROL`, which a decode's call pays too; `HARNESS_CONTROL`, the repeat loop's, which
 only these rows pay)."""
 
@@ -40,7 +40,7 @@ __all__ = [
     "MESHGEMV_ROWS_TEXT",
     "KERNEL_CONTROL",
     "HARNESS_CONTROL",
-    "scalar_count",
+    "control_count",
     "meshgemv_row_phases",
     "meshgemv_row_case",
     "gemv_fits",
@@ -84,7 +84,8 @@ MESHGEMV_ROWS_TEXT = (
     "336, 528, 720 and Mt = 8, Nt = 1 at P = 80, 720, least squares"
 )
 
-# Scalar (non-DSD) instructions on one repeat's critical cycle, counted by hand from the CSL
+# Control instructions (`Work.control_instructions`: control flow between DSDs, not a
+# kernel's own scalar arithmetic) on one repeat's critical cycle, counted by hand from the CSL
 # (meshgemv.csl at FxPiGaAo/WaferLLM 672b4dd, which is MeshInfra/WaferLLM 7865af3's; comm_pe.csl
 # at MeshInfra/WaferLLM 2cd13b5), one per load, store, add, compare, branch, call, return,
 # `@load_to_dsr` and `@set_dsd_base_addr` (an inferred count: the compiled code is not
@@ -111,8 +112,8 @@ HARNESS_CONTROL = (
 )
 
 
-def scalar_count(table: tuple[tuple[str, int], ...]) -> int:
-    """Scalar instructions of a control table (`KERNEL_CONTROL`, `HARNESS_CONTROL`)."""
+def control_count(table: tuple[tuple[str, int], ...]) -> int:
+    """Control instructions of a control table (`KERNEL_CONTROL`, `HARNESS_CONTROL`)."""
     return sum(n for _, n in table)
 
 
@@ -127,8 +128,8 @@ def meshgemv_row_phases(p: int, m: int, n: int, groups: int) -> Phases:
     gemv = Work(ops=(Op("fmac", "fp16", nt, count=kt),), sram_read_bytes=2 * kt * nt * 2,
                 sram_write_bytes=kt * nt * 2)  # fmt: skip
     reduce = two_tree_allreduce(p, groups, nt, 2, "fp16")
-    control = Work(scalar_instructions=scalar_count(KERNEL_CONTROL))
-    harness = Work(scalar_instructions=scalar_count(HARNESS_CONTROL))
+    control = Work(control_instructions=control_count(KERNEL_CONTROL))
+    harness = Work(control_instructions=control_count(HARNESS_CONTROL))
     parts = (("zero", zero), ("gemv", gemv), *reduce, ("control", control), ("harness", harness))
     return serial(*(Phase(name, w) for name, w in parts), name="meshgemv")
 
@@ -163,7 +164,7 @@ def fit_meshgemv(
     `dsd_issue_cycles` on the M series: each fitted Mt = 8 row less its Mt = 1 partner (same
     P, Nt, group_num) is Mt - 1 more FMAC DSDs and nothing else, so the cycles a DSD issues
     solve sum(model differences) = sum(measured differences) (linear in it). Then the hop
-    and ramp latencies and `scalar_instruction_cycles` (the per-call control's) by least
+    and ramp latencies and `control_instruction_cycles` (the per-call control's) by least
     squares on the Mt = 1 rows' relative residuals (linear in the three while no bound
     changes: Gauss-Newton with a finite-difference Jacobian converges in a step or two).
     None is negative and a hop takes at least its limit's cycle. No intercept: every cycle
@@ -211,7 +212,7 @@ def fit_meshgemv(
     # started off the preset's prior: a wse3 at the prior is the wafer being priced, which
     # `wse_core.cost.unapplied` warns of under an assumption (the rows' wafer is exempt)
     start = {"hop_latency_cycles": 1.5, "ramp_latency_cycles": 3.0, "dsd_issue_cycles": 2.0,
-             "scalar_instruction_cycles": 2.0}  # fmt: skip
+             "control_instruction_cycles": 2.0}  # fmt: skip
     x = np.array([start[k] for k in free])
     for _ in range(20):
         r0 = residual(x)

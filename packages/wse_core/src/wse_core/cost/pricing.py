@@ -20,6 +20,7 @@ units, basis and source; `wse_core.cost.calibration` supplies the fitted ones):
     dsd_issue       = DSD instructions issued * dsd_issue_cycles
     task_activation = task_activations * task_activation_cycles
     scalar          = scalar_instructions * scalar_instruction_cycles
+    control         = control_instructions * control_instruction_cycles
     sram            = max(read_bytes / read_bytes_per_cycle, write_bytes / write_bytes_per_cycle)
     link            = max over directions (ramp included) of words * 4 / link_bytes_per_cycle
     hop             = latency_hops * hop_latency_cycles
@@ -29,7 +30,7 @@ units, basis and source; `wse_core.cost.calibration` supplies the fitted ones):
     host_io         = host_io_bytes / host_io_bytes_per_s + system_hops * system_latency_s
 
 No efficiency divides any of them. The core's instruction stream (simd + dsd_issue +
-task_activation + scalar) is `compute`; with the spec's `overlap = 1` the core,
+task_activation + scalar + control) is `compute`; with the spec's `overlap = 1` the core,
 the SRAM ports and the router stream at once, so a phase takes
 max(compute, sram, link) + hop + relay + router_switch + fixed + host_io (Luczynski et al.'s
 max(C, E/N + L) + (2 T_R + 1) D, with L outside the max); with `overlap = 0` they add up.
@@ -347,6 +348,7 @@ class Pricing:
             "dsd_issue": work.instructions * s.dsd_issue_cycles,
             "task_activation": work.task_activations * s.task_activation_cycles,
             "scalar": work.scalar_instructions * s.scalar_instruction_cycles,
+            "control": work.control_instructions * s.control_instruction_cycles,
             "sram": max(
                 work.sram_read_bytes / s.sram_read_bytes_per_cycle,
                 work.sram_write_bytes / s.sram_write_bytes_per_cycle,

@@ -214,6 +214,7 @@ def _candidates(work: Work, s: Any, c: Mapping[str, float]) -> dict[str, Callabl
     linear = {"dsd_issue_cycles": ("dsd_issue", work.instructions),
               "task_activation_cycles": ("task_activation", work.task_activations),
               "scalar_instruction_cycles": ("scalar", work.scalar_instructions),
+              "control_instruction_cycles": ("control", work.control_instructions),
               "router_switch_cycles": ("router_switch", work.router_switches),
               "hop_latency_cycles": ("hop", work.latency_hops)}  # fmt: skip
     for key, (mech, count) in linear.items():
@@ -251,7 +252,7 @@ def note_work(work: Work, s: Any, c: Mapping[str, float], calibration: Any) -> N
     """Note what pricing `work` on `s` (the spec with the fitted constants in place) into the
     mechanism cycles `c` read, and whether each constant's sweep moves the phase."""
     base = _phase(c, s.overlap)
-    # a system's own fitted fields (CS-3's hop and ramp latencies, DSD issue and scalar
+    # a system's own fitted fields (CS-3's hop and ramp latencies, DSD issue and control
     # instruction), where priced from the fit
     own = getattr(calibration, "by_system", {}).get(getattr(s, "system", ""), {})
     own = {k: v for k, v in own.items() if getattr(s, k, None) == v}  # priced, not held

@@ -49,7 +49,7 @@ def unapplied(spec: WaferSpec) -> dict[str, float]:
 
 def _as_measured(spec: WaferSpec) -> bool:
     """`spec` is the calibration's wafer as `calibration_spec` gives it; on a system whose
-    fields the calibration fits (CS-3's hop and ramp latencies, DSD issue and scalar
+    fields the calibration fits (CS-3's hop and ramp latencies, DSD issue and control
     instruction), only with those fields moved off the preset's, as
     `wse_core.cost.calibration.meshgemv_case` prices its MeshGEMV rows (a bare wse3 preset is
     the wafer being priced, and is warned of)."""

@@ -14,8 +14,10 @@ the machine runs (`wse_core.cost.mechanisms` lists them with their constants):
   rule: one element per cycle); `accumulate=True` when it reduces into one scalar
   accumulator (a dot product: each element depends on the last, one element per cycle).
   Each instruction pays `dsd_issue_cycles` once.
-- `Work.scalar_instructions`: scalar (non-DSD) instructions, priced one instruction each at
-  `scalar_instruction_cycles`, never as a length-1 DSD.
+- `Work.scalar_instructions`: scalar (non-DSD) instructions of the kernel's own work, priced
+  one instruction each at `scalar_instruction_cycles`, never as a length-1 DSD.
+- `Work.control_instructions`: control flow between DSDs (a call, return, branch, compare of
+  a role, DSR load or DSD base-address set), priced at `control_instruction_cycles`.
 - `Work`: the ops, SRAM bytes read and written, 32-bit words per link direction (`links`:
   "N" / "S" / "E" / "W", and "ramp" for words between the router and its own core: the
   contention C of Luczynski et al.), the longest chain of router hops (`latency_hops`, L),
@@ -191,6 +193,7 @@ _COUNTS = (
     "relay_stages",
     "task_activations",
     "scalar_instructions",
+    "control_instructions",
     "router_switches",
     "fixed_cycles",
     "host_io_bytes",
@@ -212,6 +215,7 @@ class Work:
     relay_stages: float = 0.0  # D: dependent core relays (2 T_R + 1 cycles each)
     task_activations: float = 0.0  # tasks started on the busiest PE
     scalar_instructions: float = 0.0  # scalar (non-DSD) instructions on the busiest PE
+    control_instructions: float = 0.0  # control flow between DSDs (calls, branches, DSR loads)
     router_switches: float = 0.0  # dependent router switch reconfigurations (control wavelets)
     fixed_cycles: float = 0.0  # only where no mechanism is known (name it where used)
     host_io_bytes: float = 0.0  # off-wafer, whole system

@@ -92,6 +92,7 @@ class WaferSpec:
     dsd_issue_cycles: float = 3.0  # FITTED (wse_core.cost.calibration); 3 is the prior
     task_activation_cycles: float = 10.0  # FITTED (wse_core.cost.calibration); 10 is the prior
     scalar_instruction_cycles: float = 1.0  # assumption: one scalar instruction per cycle
+    control_instruction_cycles: float = 1.0  # assumed (CS-3: fitted); one a cycle is the prior
     router_switch_cycles: float = 0.0  # FITTED (wse_core.cost.calibration); 0 is the prior
     sqrt_cycles: float = 10.0  # assumption: not published (no SIMD form)
     div_cycles: float = 50.0  # SDK example comments ("about 50 cycles")
@@ -176,6 +177,7 @@ class WaferSpec:
             "dsd_issue_cycles",
             "task_activation_cycles",
             "scalar_instruction_cycles",
+            "control_instruction_cycles",
             "router_switch_cycles",
             "ramp_latency_cycles",
             "sqrt_cycles",
