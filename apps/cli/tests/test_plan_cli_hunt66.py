@@ -33,7 +33,7 @@ def test_plan_train_prints_the_batch_it_chose_and_why():
     why = _row(out, "batch chosen")
     # 17 at 54,473 tokens/s before hunt 82 (jobs18 H2); 54,364 before session 84's CS-3 hop
     # and relay latencies fitted on measured MeshGEMV; near 17 (54,347) until issue 41's CS-3
-    # DSD issue and scalar instruction, fitted on the same rows: near 19 (56,376) since
+    # DSD issue and control instruction, fitted on the same rows: near 19 (56,376) since
     assert "16: the fastest of the batches near 19" in why and "19 (56,376 tokens/s)" in why
     asked = _run(["plan", "train", "-m", "llama3-8b", "--tokens", "1e12", "--batch", "17"])
     assert "batch chosen" not in asked

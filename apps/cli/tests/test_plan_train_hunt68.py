@@ -92,7 +92,7 @@ def test_the_default_gpt2_plan_does_not_move():
     # tied embedding's gradient out and the file's clipping, which holds MemoryX's update to
     # the step's end (0.07682164338574195 before; 0.07795572338574194 before session 84's
     # CS-3 hop and relay latencies fitted on WaferLLM's MeshGEMV measured on a CS-3;
-    # 0.07822476287525673 before issue 41's CS-3 DSD issue and scalar instruction, fitted on
+    # 0.07822476287525673 before issue 41's CS-3 DSD issue and control instruction, fitted on
     # the same rows)
     assert w["step_s"] == pytest.approx(0.07775107426779843, rel=1e-12)
     # hunt 80: compute-bound with the ring hidden, so it moves with the MFU alone, 0.4 -> 0.39;

@@ -206,7 +206,7 @@ def test_8b_calibration_row_is_a_check_not_a_fit():
     compute), on the plan `wse plan infer` serves it on (hunt decode41: compact, 16 stages of
     two layers; one region a layer was priced, 3,010.58 tokens/s; session 84: on 661 of the
     762 rows, jobs18 L4's footprints): about 2,749 tokens/s at CS-3's hop and relay
-    latencies, DSD issue and scalar instruction fitted on WaferLLM's MeshGEMV measured on a
+    latencies, DSD issue and control instruction fitted on WaferLLM's MeshGEMV measured on a
     CS-3 (issue 41; 2,417 with the latencies alone, session 84; 3,452 at the sourced 1 and
     5), so the check misses by more than its 10% (+53%; reported, never fitted). Banded
     regions one a layer, sized by their bytes, give about 1,278 (-29%; 1,265 in session 84;
@@ -237,7 +237,7 @@ def test_8b_calibration_row_is_a_check_not_a_fit():
     "in session 84; hunt decode41: one region a layer was priced, ~3,011), at CS-3's hop and "
     "relay latencies "
     "fitted on WaferLLM's MeshGEMV measured on a CS-3 (session 84; ~3,452, +92%, at the "
-    "sourced ones), with CS-3's DSD issue and scalar instruction fitted on the same rows "
+    "sourced ones), with CS-3's DSD issue and control instruction fitted on the same rows "
     "(issue 41; ~2,417, +34%, before), the model gives ~2,749 tokens/s (+53%). Swept beside "
     "it in session 84 (wse_systems.published.check_sweeps, at ~2,417): the clock 0.85 / 0.976 "
     "/ 1.1 GHz gives ~1,870 / 2,147 / 2,417; the whole 8,192-token buffer read ~2,168; the "
@@ -278,7 +278,7 @@ def test_8b_check_under_meshgemv_is_shown_beside_never_chosen():
     assert mesh.assumptions["gemv program"].startswith("meshgemv")
     assert sdk.assumptions["gemv program"].startswith("sdk")
     assert decode_check_row()["model"] == pytest.approx(sdk.predicted_s, rel=1e-9)
-    # 2,939 in session 84; 3,340 since issue 41 (CS-3's DSD issue and scalar instruction)
+    # 2,939 in session 84; 3,340 since issue 41 (CS-3's DSD issue and control instruction)
     assert decode_perf.tokens_per_s(mesh) == pytest.approx(3340, rel=0.02)
     assert decode_perf.tokens_per_s(mesh) > decode_perf.tokens_per_s(sdk) > 1.1 * 1800
     bands = decode_perf.plan_for(config, spec=spec, num_wafers=1, layout="banded", gemv="meshgemv")

@@ -35,7 +35,7 @@ def test_a_faster_wse3_clock_never_lowers_the_decode_rate():
     # until hunt 82 jobs18 counted each fabric message in whole wavelets; 3619.95 with jobs18
     # L4's footprints, then 2417.34 at CS-3's hop and relay latencies fitted on WaferLLM's
     # MeshGEMV measured on a CS-3, session 84; 2749.32 since issue 41 fitted CS-3's DSD issue,
-    # 2.14 cycles, not WSE-2's 11.49, and scalar instruction on the same rows)
+    # 2.14 cycles, not WSE-2's 11.49, and control instruction on the same rows)
     assert plain["llama3.1-8b"] == pytest.approx(2749.32, abs=0.01)
     assert all(c is calibration.current() for c in result.calibrations)  # never refitted
 

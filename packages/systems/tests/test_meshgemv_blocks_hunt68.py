@@ -83,7 +83,7 @@ def test_at_8_users_the_mesh_program_serves_more_than_one_token_blocks():
     # 256: 38,657 -> 38,293; session 83 (fix83-gemv3): CS-3's hop and ramp latencies fitted
     # on WaferLLM's MeshGEMV measured on a CS-3, 2.04 cycles a hop and 9.55 a relay stage for
     # 1 and 5: 38,293 -> 24,541; issue 41: CS-3's DSD issue (2.14 cycles, not 11.49) and
-    # scalar instruction fitted on the same rows, each call's control and each chain's
+    # control instruction fitted on the same rows, each call's control and each chain's
     # first send counted: 24,541 -> 29,627
     assert one_token == pytest.approx(29626.55, rel=1e-4)
     assert point.layout["prompt_block_tokens"] > 1

@@ -122,7 +122,7 @@ def test_the_8b_calibration_row_is_never_slower_than_its_whole_wafer_plan():
     the check's plan (`wse plan infer --users 1`'s) is a footprint: 16 stages on 661 of the
     762 rows at CS-3's fitted hop and relay (8 on 523 at the sourced ones), regions wider
     than tall, which the whole wafer's strip count cannot give. The token-latency search
-    alone kept the whole wafer until issue 41 (CS-3's DSD issue and scalar instruction
+    alone kept the whole wafer until issue 41 (CS-3's DSD issue and control instruction
     fitted on the MeshGEMV rows): it now takes a footprint too, 690 rows, 373.9 us against
     the whole wafer's 374.8; the check's plan (474 rows since, 363.7 us) is never slower a
     token."""

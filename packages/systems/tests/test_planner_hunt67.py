@@ -83,7 +83,7 @@ def test_the_chosen_placement_is_the_fastest_that_holds_the_plan(layout):
         chosen = _chosen(ctx, users, layout)
         ladder = [p for h in head_rows_ladder(WSE3)
                   if (p := _holds(ctx, users, layout=layout, head_rows=h))]  # fmt: skip
-        # the whole wafer's ladder, or (issue 41: CS-3's DSD issue and scalar instruction
+        # the whole wafer's ladder, or (issue 41: CS-3's DSD issue and control instruction
         # fitted on the MeshGEMV rows) a footprint of fewer rows that is faster still
         whole = chosen.spec.pe_rows == WSE3.pe_rows
         best = min(map(_seconds, ladder))
@@ -116,7 +116,7 @@ def test_the_regions_tile_the_wafer_and_the_token_says_how():
     assert not any(a.overlaps(b) for i, a in enumerate(regions) for b in regions[i + 1 :])
     # compact on a footprint of 690 of the 762 rows: the head on its strip's 690 rows, the
     # 32 layers on the other six strips' 695,520 PEs, 85.7% of the footprint's 811,440, the
-    # regions tiling it (issue 41: CS-3's DSD issue and scalar instruction fitted on the
+    # regions tiling it (issue 41: CS-3's DSD issue and control instruction fitted on the
     # MeshGEMV rows. Session 83, fix83-gemv3, to issue 41: the whole wafer, the head on 724
     # of its strip's 762 rows, the layers on 768,096 PEs, 85.7%, the strip's other 38 rows
     # empty; before session 83 the head took 431 rows and the layers 823,704 PEs, 91.9%)

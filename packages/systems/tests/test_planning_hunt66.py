@@ -46,7 +46,7 @@ def test_the_default_batch_is_no_slower_than_a_smaller_one_and_says_why():
     # hunt 74: 17's step at its fastest stride (54,473 tokens/s; 51,715 at the smallest;
     # 54,364 since hunt 82 took the program's 2 KiB off the token passes; 54,347 since
     # session 84's CS-3 hop and relay latencies; 63,406 since issue 41's CS-3 DSD issue and
-    # scalar instruction, fitted on the same rows: 16 is 1% ahead of it, 13.7% before)
+    # control instruction, fitted on the same rows: 16 is 1% ahead of it, 13.7% before)
     assert w["tokens_per_s"] > _step_tokens_per_s(17)
     # no smaller batch is faster beyond the policy's 1% (since issue 41 12 and 15 are 0.9%
     # and 0.5% ahead of 16: 64,618 and 64,344 against 64,023; none was before)

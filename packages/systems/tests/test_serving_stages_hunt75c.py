@@ -55,7 +55,7 @@ def test_searched_stage_count_is_the_policys_over_pinned_counts(users):
         # The hunt's figure was 16 stages, not 32, past the tie of one a layer (7% ahead at
         # the hunt; 2,116 against 2,070, 2.2%, since session 84's CS-3 hop and relay
         # latencies fitted on measured MeshGEMV). Since issue 41 (CS-3's DSD issue, 2.14
-        # cycles, not WSE-2's 11.49, and scalar instruction fitted on the same rows) one a
+        # cycles, not WSE-2's 11.49, and control instruction fitted on the same rows) one a
         # layer is 2,443 against 16 stages' 2,432: within the 1% tie, and its first token
         # sooner, so the policy takes one region a layer.
         assert got.layout["stages"] == config.n_layers

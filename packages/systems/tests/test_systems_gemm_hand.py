@@ -142,7 +142,7 @@ def test_a_prompt_block_under_meshgemv_is_one_meshgemm_per_product():
     # the MeshGEMM wins none of 17 products at 2 tokens, some at 64, all at 512 (hand: its
     # P Kt Nt DSDs cost the same up to k = P, the MeshGEMVs' streaming grows with k). At 64
     # it wins 11 (8 until issue 41 counted each MeshGEMV's chain sends and its call's 25
-    # scalar instructions, which k MeshGEMVs stream k times)
+    # control instructions, which k MeshGEMVs stream k times)
     for ks, wins in (((2, 4, 8, 16), (0, 0)), ((64, 128, 256, 512), (11, 17))):
         priced = {k: products(k) for k in ks}
         assert (priced[ks[0]][1], priced[ks[-1]][1]) == wins

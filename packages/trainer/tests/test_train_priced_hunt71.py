@@ -50,7 +50,7 @@ def test_eval_pass_is_priced_at_the_configs_micro_batch():
     one = _at(model, spec, 16)  # what the line said before, whatever the setting
     # 2.37 until session 84: CS-3's hop and relay latencies, fitted on measured MeshGEMV,
     # weigh more in the tiny model's four micro-batches than in one of 16 (2.76 until issue
-    # 41's CS-3 DSD issue and scalar instruction, fitted on the same rows: 2.765)
+    # 41's CS-3 DSD issue and control instruction, fitted on the same rows: 2.765)
     assert r.predicted_s / one.predicted_s == pytest.approx(2.765, abs=0.002)
     line, _ = eval_line(config, spec, model, 1)
     assert f": {oracle.predicted_s:.4g} s for 1 batch(es) of 16 x 128 tokens" in line
