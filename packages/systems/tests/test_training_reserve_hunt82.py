@@ -49,11 +49,14 @@ def test_the_passes_get_the_data_budget_the_plan_leaves(reserve, micro, seq):
 def test_the_same_placement_is_slower_under_a_larger_program_reserve():
     """One activation plan (placed where every reserve holds it) priced on PEs whose program
     takes 0, 2 and 4 KiB: fewer bytes for the passes, more of them (before: all equal)."""
-    roomy = dataclasses.replace(WSE3, code_stack_bytes_per_pe=4096)
+    # hunt 85: at CS-3's fitted DSD issue (2.14 cycles) the three price alike (the passes'
+    # issue no longer shows); held at WSE-2's fitted 11.49 the passes' count still does
+    wse3 = dataclasses.replace(WSE3, dsd_issue_cycles=11.4934257)
+    roomy = dataclasses.replace(wse3, code_stack_bytes_per_pe=4096)
     act = plan_activations(LLAMA8B, roomy, 8, 8192)
     steps = []
     for reserve in (0, 2048, 4096):
-        spec = dataclasses.replace(WSE3, code_stack_bytes_per_pe=reserve)
+        spec = dataclasses.replace(wse3, code_stack_bytes_per_pe=reserve)
         sram = {**act.sram, "reserved_bytes_per_pe": reserve,
                 "bytes_per_pe": spec.sram_bytes_per_pe}  # fmt: skip
         plan = memory_plan(LLAMA8B, spec, 8, 8192, streaming=dataclasses.replace(act, sram=sram))

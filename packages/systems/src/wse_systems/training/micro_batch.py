@@ -18,8 +18,10 @@ speed=)`:
   micro-batches, each of which streams every weight again), which `wse train` runs and `wse
   plan train` prices, with explore's gain as a hint where explore is faster (hunt 74: the
   shipped llama3_8b.yaml, 4 x wse3 clipping the global norm, at 48 sequences per system,
-  `wse plan train -m llama3_8b --batch 48 --micro-batch none`: 48 x 1 takes 9.76 s a step,
-  explore's 8 x 6 6.46 s; the llama3-8b preset, one system, no clipping: 9.66 s and 6.36 s;
+  `wse plan train -m llama3_8b --batch 48 --micro-batch none`: 48 x 1 takes 7.60 s a step,
+  explore's 8 x 6 6.24 s (9.76 and 6.46 s until hunt 85 fitted CS-3's own DSD issue, 2.14
+  cycles, not WSE-2's 11.49); the llama3-8b preset, one system, no clipping: 9.66 s and 6.36 s
+  before hunt 85;
   9.02 / 6.45 and 8.92 / 6.35 s until hunt 82 took the program's 2 KiB off the passes);
 - "explore": of the divisors that fit, the one `speed(micro_batch)` (tokens/s, e.g. the
   predicted step's) finds fastest, the larger on a tie.

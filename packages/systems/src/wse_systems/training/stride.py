@@ -33,11 +33,11 @@ learn that the smaller strides do not fit.
 
 Hunt 74: the plan kept the smallest stride that fits. Llama 3 8B with 48 x 8,192 tokens at
 once held 13 layer inputs at stride 3 and left the products so little SRAM that the step took
-33.5 s (`dsd_issue`-bound); stride 4 holds 11 and takes 9.76 s (the shipped llama3_8b.yaml:
-4 x wse3, AdamW clipping the global norm, `wse plan train -m llama3_8b --batch 48
---micro-batch none`; the llama3-8b preset, one system and no clipping: 33.4 s and 9.66 s;
-9.02 and 8.92 s at stride 4 until hunt 82 took the program's 2 KiB off the token passes, at
-which stride 3 no longer fits).
+33.5 s (`dsd_issue`-bound); stride 4 holds 11 and takes 7.60 s (9.76 s until hunt 85's
+CS-3 DSD issue; the shipped llama3_8b.yaml: 4 x wse3, AdamW clipping the global norm, `wse
+plan train -m llama3_8b --batch 48 --micro-batch none`; the llama3-8b preset, one system and
+no clipping, before hunt 85: 33.4 s and 9.66 s; 9.02 and 8.92 s at stride 4 until hunt 82
+took the program's 2 KiB off the token passes, at which stride 3 no longer fits).
 The times listed after "why:" are each stride's step of one micro-batch on one system with
 MemoryX updating each group as its gradient arrives, which ranks them; the run's own step
 (its systems, micro-batches and a clipped update held to the step's end) is priced apart.

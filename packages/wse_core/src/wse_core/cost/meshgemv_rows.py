@@ -157,6 +157,11 @@ def _pairs(fit: list[tuple]) -> list[tuple[tuple, tuple]]:
             if r[1] > r[0] and (r[0], r[2], r[3]) in ones]  # fmt: skip
 
 
+# The fit's start, off the preset's prior in every field it fits (`fit_meshgemv`)
+_START_OFF_PRIOR = {"hop_latency_cycles": 1.5, "ramp_latency_cycles": 3.0,
+                    "dsd_issue_cycles": 2.0, "control_instruction_cycles": 2.0}  # fmt: skip
+
+
 def fit_meshgemv(
     base: WaferSpec, priced: Any, excluded: frozenset[str], published: Mapping[str, float]
 ) -> dict[str, float]:
@@ -196,7 +201,9 @@ def fit_meshgemv(
 
         want = sum(figure[hi] - figure[lo] for lo, hi in pairs)
         slope = diff(1.0) - diff(0.0)  # 0 where an assumption holds the issue's value
-        held = Pricing(base, others).rates.dsd_issue_cycles  # that value, priced everywhere
+        # that value, priced everywhere; on a wafer off the preset's prior (a bare wse3 is the
+        # wafer being priced, which `unapplied` warns of under an assumption)
+        held = Pricing(base.replace(**_START_OFF_PRIOR), others).rates.dsd_issue_cycles
         issue = {"dsd_issue_cycles": max(0.0, (want - diff(0.0)) / slope) if slope else held}
         fit = [r for r in fit if r[1] == r[0]]
     free = [k for k in keys if k not in issue]
@@ -211,9 +218,7 @@ def fit_meshgemv(
 
     # started off the preset's prior: a wse3 at the prior is the wafer being priced, which
     # `wse_core.cost.unapplied` warns of under an assumption (the rows' wafer is exempt)
-    start = {"hop_latency_cycles": 1.5, "ramp_latency_cycles": 3.0, "dsd_issue_cycles": 2.0,
-             "control_instruction_cycles": 2.0}  # fmt: skip
-    x = np.array([start[k] for k in free])
+    x = np.array([_START_OFF_PRIOR[k] for k in free])
     for _ in range(20):
         r0 = residual(x)
         jac = np.column_stack([(residual(x + e) - r0) for e in np.eye(len(free))])  # linear
