@@ -38,9 +38,9 @@ def test_the_calibration_holds_constants_not_efficiencies():
     fields = {f.name for f in dataclasses.fields(Calibration)}  # misses: reported, never priced
     # the rows' wafer, its clock and its assumed fields (hunt 66): reported, never priced
     # by_system: one system's fitted fields (CS-3's hop and ramp latencies), priced as
-    # `values` are; intercepts: per source, priced in that source's rows only
+    # `values` are (issue 41: no per-source intercept, every measured cycle a mechanism)
     assert fields == {"values", "fitted_on", "settings", "misses", "wafer", "clock_hz",
-                      "wafer_assumed", "by_system", "system_fitted_on", "intercepts"}  # fmt: skip
+                      "wafer_assumed", "by_system", "system_fitted_on"}  # fmt: skip
     cal = Calibration(values={"dsd_issue_cycles": 11.0})
     # Fitted constants replace the spec's; nothing else changes; no cost is divided.
     work = Work(ops=(Op("add", "fp32", 100, count=2),), links={"E": 40})

@@ -142,12 +142,10 @@ def served_job(max_context: int):
     DRAFT --gamma G` serves the same placement (session 85:
     a speculative engine said nothing at start, and its report, given no job, prices the
     shortest round's placement, not a served one)."""
-    from types import SimpleNamespace
-
-    from wse_systems.planning.infer_inputs import default_workload
+    from wse_systems.planning.infer_inputs import workload_within
     from wse_systems.serving import Workload
 
-    fit = default_workload(SimpleNamespace(max_seq_len=max_context))  # the served context
+    fit = workload_within(max_context)  # the served context
     return Workload(prompt_tokens=fit.prompt_tokens, output_tokens=fit.output_tokens,
                     context_len=max_context)  # fmt: skip
 

@@ -22,10 +22,15 @@ DEFAULT_WORKLOAD = sv.Workload(prompt_tokens=1024, output_tokens=256)
 def default_workload(config: Any) -> sv.Workload:
     """`DEFAULT_WORKLOAD`, or within a shorter context (GPT-2's 1,024 positions) the same
     4:1 split of it: the request a plan serves when none is given."""
-    if DEFAULT_WORKLOAD.held_tokens <= config.max_seq_len:
+    return workload_within(config.max_seq_len)
+
+
+def workload_within(context: int) -> sv.Workload:
+    """`default_workload` within `context` tokens (a model's positions or a served context)."""
+    if DEFAULT_WORKLOAD.held_tokens <= context:
         return DEFAULT_WORKLOAD
-    output = max(1, config.max_seq_len // 5)
-    return sv.Workload(prompt_tokens=max(1, config.max_seq_len - output), output_tokens=output)
+    output = max(1, context // 5)
+    return sv.Workload(prompt_tokens=max(1, context - output), output_tokens=output)
 
 
 def check_request(config: Any, work: sv.Workload) -> None:

@@ -153,13 +153,11 @@ class Calibration:
     wafer: str = ""
     clock_hz: float = 0.0
     wafer_assumed: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    # fitted spec fields of one system's wafer only (system -> field -> value; `for_spec`),
-    # the rows each was fitted on, and each source's intercept: cycles per measured call no
-    # mechanism prices, fitted beside them and priced in that source's rows only (none since
-    # issue 41: the MeshGEMV rows' 64 cycles are counted control instructions and DSDs)
+    # fitted spec fields of one system's wafer only (system -> field -> value; `for_spec`) and
+    # the rows each was fitted on (no per-source intercept since issue 41: the MeshGEMV rows'
+    # 64 cycles a call are counted control instructions and DSDs)
     by_system: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     system_fitted_on: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    intercepts: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def for_spec(self, spec: WaferSpec) -> dict[str, float]:
         """The fitted fields priced on `spec`: `values`, and its system's (`by_system`) where
