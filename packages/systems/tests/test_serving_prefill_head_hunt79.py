@@ -141,13 +141,13 @@ def test_wafer_prompt_runs_its_head_once():
     model = PerfModel(plan.spec)
     per = next(p for p in decode_phases(gpt2, plan, kv_tokens=128).parts if p.name == PER_TOKEN)
     parts = {p.name: p for p in per.parts}
-    assert set(parts) == {"lm_head", "argmax", "embed"}
+    assert set(parts) == {"norm_final", "lm_head", "argmax", "embed"}  # the norm: session 86
     lat = ("latency_hops", "fixed_cycles", "system_hops")
     embed = parts["embed"].work
     stream = model.cost(Work(**{f: getattr(embed, f) for f in ("links", "relay_stages",
                         "task_activations")})).seconds  # fmt: skip
     latency = model.cost(Work(**{f: getattr(embed, f) for f in lat})).seconds
-    once = model.seconds(parts["lm_head"]) + model.seconds(parts["argmax"])
+    once = sum(model.seconds(parts[n]) for n in ("norm_final", "lm_head", "argmax"))
     assert req.prompt_held_s[PER_TOKEN] == pytest.approx(32 * (8 * stream + latency) + once)
     # the pass: the old one (every block's head) less the first block's head, plus the once
     pipe = serve.pipelines(1, prompt=True)[0]

@@ -126,7 +126,7 @@ def test_the_tokens_trip_to_the_host_by_hand():
     plain = decode_phases(TOY, plan, kv_tokens=32)
     out = decode_phases(TOY, plan, kv_tokens=32, token_out=True)
     per = {p.name: p for p in out.parts}["per_token"]
-    assert [p.name for p in per.parts] == ["lm_head", "argmax", "embed", "token_out"]
+    assert [p.name for p in per.parts] == ["norm_final", "lm_head", "argmax", "embed", "token_out"]
     w = per.parts[-1].work
     assert (w.latency_hops, w.system_hops, w.host_io_bytes) == (4, 1, 4)
     model = PerfModel(spec)

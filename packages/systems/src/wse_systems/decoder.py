@@ -93,6 +93,9 @@ DECODER_ASSUMPTIONS = {
     "8B check, wse_systems.published.check_sweeps)",
     "zero skipping": "an FMAC fires only on a nonzero activation (no cost for a zero); zeros "
     "still cross the fabric; a stage's layers share its mean zero fraction",
+    "argmax": "each PE's max over its logits and then the max's position, two passes into one "
+    "accumulator (the SDK has no argmax instruction: the second pass is assumed), then the "
+    "(max, index) pairs over the head region",
 }
 
 
@@ -111,12 +114,23 @@ def _row_op(kind: str, n: float, region: Region, dtype: str, per: float = 1.0) -
     return Op(kind, dtype, math.ceil(n / region.cols), count=per)
 
 
-def _norm(region: Region, d: int, dt: str, spec: WaferSpec) -> Phases:
+# The norm's statistic on each PE of the row once the sum is back: 1 / sqrt(mean + eps), one
+# fp32 square root and one fp32 divide of one element (`sqrt_cycles`, `div_cycles`: a
+# scalar of the sum, whatever the values' dtype; unpriced until session 86)
+NORM_STATISTIC = (Op("sqrt", "fp32", 1), Op("div", "fp32", 1))
+
+
+def _norm(region: Region, d: int, dt: str, spec: WaferSpec, name: str = "norm") -> Phases:
     """RMS/layer norm of the residual on the top row: square-and-sum, the row's sum and
-    back, then the scale."""
-    local = Work(ops=(_row_op("fmac", d, region, dt), _row_op("mul", d, region, dt)))
+    back, then each PE's reciprocal root (`NORM_STATISTIC`) and the scale of its values."""
+    square = _row_op("fmac", d, region, dt)  # x * x into one accumulator: 1 element a cycle
+    local = Work(ops=(dataclasses.replace(square, accumulate=True, mem_writes=0.0),))
     total = allreduce_2d(perf_rates(spec), 1, region.cols, 1)
-    return serial(Phase("norm_local", local), Phase("norm_sum", total), name="norm")
+    scale = Work(ops=(*NORM_STATISTIC, _row_op("mul", d, region, dt)))
+    return serial(
+        Phase("norm_local", local), Phase("norm_sum", total), Phase("norm_scale", scale),
+        name=name,
+    )  # fmt: skip
 
 
 def layer_phases(
@@ -155,12 +169,12 @@ def layer_phases(
     # blocks walk it beside the token's, whose resets a block pays once (module docstring)
     resets = [Phase("route_resets", route_resets())] if gemv == "meshgemv" else []
     return serial(
-        dataclasses.replace(_norm(region, d, dt, spec), name="norm_attn"),
+        _norm(region, d, dt, spec, "norm_attn"),
         mv("qkv"),
         attention_phases(shape, region, kv_tokens, b, spec),
         mv("o_proj"),
         Phase("residual_attn", residual),
-        dataclasses.replace(_norm(region, d, dt, spec), name="norm_mlp"),
+        _norm(region, d, dt, spec, "norm_mlp"),
         mv("up_gate"),
         Phase("activation", act),
         mv("down", 1 - mlp_zero_fraction),
@@ -228,10 +242,10 @@ def _mesh(
 
 
 def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool, k=1) -> Phases:
-    """What every token costs outside the layers: the head's product, the argmax over the
-    vocabulary (a max and its index over the head region), the chosen token's embedding
-    row from its PE to the first stage's top row and, with `token_out`, the token's trip to
-    the host (`token_out_work`)."""
+    """What every token costs outside the layers: the final norm, the head's product, the
+    argmax over the vocabulary (each PE's max and its index, then over the head region), the
+    chosen token's embedding row from its PE to the first stage's top row and, with
+    `token_out`, the token's trip to the host (`token_out_work`)."""
     head, b, d = plan.head.region, plan.bytes_per_param, shape.d_model
     row = wavelets(math.ceil(d / head.cols), b)  # a PE's share of the embedding row
     embed = Work(
@@ -247,9 +261,21 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool,
         lm_head = matvec_phases(
             head, d, shape.vocab_size, bytes_per_value=b, spec=spec, name="lm_head"
         )
+    # the argmax (session 86: its local pass was unpriced): each PE holding logits after the
+    # head's reduce (ceil(vocab / head rows) of them, either program) takes its max, then the
+    # max's position, each pass into one accumulator (`DECODER_ASSUMPTIONS["argmax"]`), then
+    # the (max, index) pairs over the region (`allreduce_2d`, two words)
+    logits = math.ceil(shape.vocab_size / head.rows)
+    local = Op("max", value_dtype(b), logits, count=2, accumulate=True, mem_writes=0.0)
+    argmax = serial(
+        Phase("argmax_local", Work(ops=(local,))),
+        Phase("argmax_reduce", allreduce_2d(perf_rates(spec), head.rows, head.cols, 2)),
+        name="argmax",
+    )
     return serial(
+        _norm(head, d, value_dtype(b), spec, "norm_final"),
         lm_head,
-        Phase("argmax", allreduce_2d(perf_rates(spec), head.rows, head.cols, 2)),
+        argmax,
         Phase("embed", embed),
         *([Phase("token_out", token_out_work(plan))] if token_out else []),
         name=PER_TOKEN,

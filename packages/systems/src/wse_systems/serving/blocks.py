@@ -282,7 +282,7 @@ def price_pipeline(config: Any, plan: PipelinePlan, *, kv_tokens: int, model=Non
     return Pipeline(elements, **block_caps(config, plan), logits_parts=_logits_parts(step))
 
 
-_ONCE_A_PROMPT = ("lm_head", "argmax", "token_out")  # `decoder._per_token`'s, by name
+_ONCE_A_PROMPT = ("norm_final", "lm_head", "argmax", "token_out")  # `decoder._per_token`'s, by name
 
 
 def _logits_parts(step: Phases) -> dict[str, tuple[int, ...]]:
