@@ -94,8 +94,10 @@ def test_attention_on_a_small_region_by_hand():
     # scores_sum: 4 scores (2 words) summed over the 2 columns of a KV head and back:
     # 2 words to join (1 hop, 1 relay), 2 back (1 hop, 1 relay)
     assert got["scores_sum"] == pytest.approx(4 + 2 + 2 * RELAY)
-    # softmax: 4 scores: 6 FMACs (4 wide: 1 cycle each), max (1 wide: 4), sub, add (1 each)
-    assert got["softmax"] == pytest.approx(6 + 4 + 1 + 1 + 9 * d)
+    # softmax: 4 scores: 6 FMACs (4 wide: 1 cycle each) and the subtract (1); each head's
+    # max and sum over its 2 tokens into one accumulator (2 DSDs of 2 each: 4 cycles each)
+    # (session 86; before, one 4-element max and add at the SIMD width: 4 + 1, 9 DSDs)
+    assert got["softmax"] == pytest.approx(6 + 1 + 4 + 4 + 11 * d)
     # softmax_sums: a max and a sum per head (fp32: 4 words) down a column of 4 to its
     # middle (PE 1), then back: half (2 PEs) 4 words, 1 hop, 1 relay; join 4 words, 1 hop
     # (PE 3 -> 2 -> 1), 1 relay; back 4 words, 2 hops, 1 relay

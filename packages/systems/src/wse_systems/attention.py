@@ -21,8 +21,9 @@ K and V cache laid out the one way that matches the query the layer's q projecti
 - scores_sum: where a KV head spans `s = ceil(hd / g)` columns, the partial scores
   (t x qh values) are summed across those s columns and back
   (`collectives.allreduce_2d` over 1 x s PEs); none where a column holds whole heads;
-- softmax: the exponential (`exp_fmacs()` FMACs, an assumption: `EXP`), max, subtract and
-  sum on the PE's t x qh scores, then the max and the sum of each head over the tokens,
+- softmax: the exponential (`exp_fmacs()` FMACs, an assumption: `EXP`) and subtract on the
+  PE's t x qh scores, each head's max and sum over its t tokens (one accumulator each: one
+  element per cycle), then the max and the sum of each head over the tokens,
   along the column (an allreduce over rows x 1 PEs of 2 qh fp32 values, one word each);
 - values: each PE's partial p.v (qh x g values) over its t tokens, the faster loop order
   again (AXPYs of length g, one per (head, token), or dots over the tokens);
@@ -149,11 +150,15 @@ def attention_phases(
     qk = _faster(rates, sp.qh, sp.t, sp.g, dt)  # scores: qh x t, each over g dims
     pv = _faster(rates, sp.qh, sp.g, sp.t, dt)  # outputs: qh x g, each over t tokens
     n = sp.t * sp.qh
+    # each head's max and sum over its t tokens reduce into one accumulator (1 element a
+    # cycle; session 86: priced at the SIMD width before), the exponential and the
+    # subtract run over all t x qh scores
+    over_tokens = dict(count=sp.qh, accumulate=True, mem_writes=0.0)
     soft = (
         Op("fmac", dt, n, count=exp_fmacs()),
-        Op("max", dt, n),
+        Op("max", dt, sp.t, **over_tokens),
         Op("sub", dt, n),
-        Op("add", dt, n),
+        Op("add", dt, sp.t, **over_tokens),
     )
     # 1 / sum per head (one DSD of qh divides), then each head's g outputs scaled by it
     div = (Op("div", dt, sp.qh), Op("mul", dt, sp.g, count=sp.qh))
