@@ -6,7 +6,8 @@
   tokens per pass: on the loaded machine the round timed 183.8 ms in the runs against a plain
   step of 186.2. Such a row is now flagged (`noisy`, with `noisy_note`), its timing unchanged.
 - `hotchips24-inference`'s `per_token_cycles` (8,185 for 8B) read as a token's cycles, which
-  are ~365k: it is the `per_token` group alone (lm_head, argmax, embed, token out). Now
+  are ~365k: it is the `per_token` group alone (lm_head, argmax, embed, token out; the
+  final norm since session 86). Now
   `head_and_io_cycles`.
 
 Oracles: the speedup's identity, from hand-made runs whose round and step times are chosen;
@@ -89,7 +90,7 @@ def test_hotchips_head_and_io_cycles_are_the_token_s_part_outside_the_layers():
         report, _ = hc.case_token(preset, wafers, token_out)  # the row's own pricer
         parts = {c.name: c.seconds * spec.clock_hz
                  for c in report.predicted.leaf("per_token").children}  # fmt: skip
-        named = {"lm_head", "argmax", "embed", *(["token_out"] if token_out else [])}
+        named = {"norm_final", "lm_head", "argmax", "embed", *(["token_out"] * token_out)}
         assert set(parts) == named
         assert head == pytest.approx(sum(parts.values()), rel=1e-12)
         if token_out:  # the trip to the host pays one system latency at least
