@@ -85,6 +85,10 @@ def test_attention_on_a_small_region_by_hand():
     sp = attention_split(shape, region, 8)
     assert (sp.g, sp.t, sp.qh, sp.s) == (4, 2, 2, 2)
     got = _cycles(attention_phases(shape, region, 8, 2, SPEC))
+    # rope (session 86): 2 frequencies a column (g / 2) advanced by 2 multiplies and 2 FMACs
+    # (1 cycle each), then 6 pairs ((2 + 1) heads x 4 dims / 2) rotated by 2 multiplies and
+    # 2 FMACs at stride 2 (4 wide: 2 cycles each): 12 cycles, 8 DSDs
+    assert got["rope"] == pytest.approx(4 * 1 + 4 * 2 + 8 * d)
     # q_in: 2 heads x 4 dims = 8 query values and the new token's 4 keys and 4 values
     # (16 values: 8 words) down 4 rows
     assert got["q_in"] == pytest.approx(8 + 3 + RELAY)
@@ -230,3 +234,19 @@ def test_a_wse3_meshgemv_call_pays_the_cs3_control_constant():
     assert fitted - at_one == pytest.approx(25 * (c - 1.0))
     scalar_moved, _ = call(wse3.replace(scalar_instruction_cycles=4.0))
     assert scalar_moved == fitted
+
+
+def test_gpt2_attention_has_no_rope():
+    """GPT-2's positions are learned (added to the embedding): its attention rotates
+    nothing; the same heads under Llama pay the rotation."""
+    import dataclasses
+
+    llama = DecoderCounts(name="a", arch="llama", n_layers=1, d_model=32, n_heads=4,
+                          n_kv_heads=4, d_ff=64, vocab_size=64, max_seq_len=16)  # fmt: skip
+    region = Region("r", 0, 0, 4, 4)
+    gpt2 = _cycles(attention_phases(dataclasses.replace(llama, arch="gpt2"), region, 8, 2, SPEC))
+    rope = _cycles(attention_phases(llama, region, 8, 2, SPEC))
+    assert gpt2["rope"] == 0.0 < rope["rope"]
+    assert {k: v for k, v in gpt2.items() if k != "rope"} == pytest.approx(
+        {k: v for k, v in rope.items() if k != "rope"}
+    )

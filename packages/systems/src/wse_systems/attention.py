@@ -11,6 +11,8 @@ K and V cache laid out the one way that matches the query the layer's q projecti
   work on the same column (grouped-query attention: the cache is stored once, never
   replicated per query head); rows split the tokens: each PE holds `t = ceil(kv / rows)`
   tokens of its column's dimensions;
+- rope: the rotary position embedding of the new q and k on the top row (`_rope`; none for
+  GPT-2), assumed layout and recurrence as `_rope` states;
 - q_in: each column's `grp x g` query values, with the new token's `g` keys and `g` values
   for the cache (the row that owns the token's position stores them), flooded down its
   rows (`wse_core.cost.collectives.broadcast_line`);
@@ -139,11 +141,30 @@ def _sram(ops: tuple[Op, ...], dt: str) -> tuple[float, float]:
     )
 
 
+def _rope(shape, sp: AttentionSplit, dt: str) -> tuple[Op, ...]:
+    """RoPE on a column's new q (grp x g) and k (g) values on the top row, before the flood
+    (none for GPT-2's learned positions). Each rotation pair is made adjacent by permuting
+    W_q's and W_k's rows at load (assumed; HF's Llama checkpoints are permuted so); the
+    position's cos and sin advance from the last token's by one rotation (a multiply and an
+    FMAC for each: 4 DSDs over the column's g / 2 frequencies) and each pair rotates (even'
+    = e c - o s, odd' = o c + e s: 4 DSDs over the (grp + 1) g / 2 pairs at stride 2, one
+    multi-dimensional DSD across the vectors, the angles repeated)."""
+    if shape.arch == "gpt2":
+        return ()
+    freqs, pairs = math.ceil(sp.g / 2), math.ceil((sp.grp + 1) * sp.g / 2)
+    return (
+        Op("mul", dt, freqs, count=2),
+        Op("fmac", dt, freqs, count=2),
+        Op("mul", dt, pairs, count=2, stride=2),
+        Op("fmac", dt, pairs, count=2, stride=2),
+    )
+
+
 def attention_phases(
     shape, region: Region, kv_tokens: int, bytes_per_value: int, spec: WaferSpec
 ) -> Phases:
     """The attention of one decode token on `region` (the module contract), its phases in
-    order: q_in, scores, scores_sum, softmax, softmax_sums, values, heads_reduce."""
+    order: rope, q_in, scores, scores_sum, softmax, softmax_sums, values, heads_reduce."""
     rates = PerfModel(spec).rates
     sp = attention_split(shape, region, kv_tokens)
     dt, b = value_dtype(bytes_per_value), bytes_per_value  # messages: whole wavelets
@@ -169,6 +190,7 @@ def attention_phases(
                     task_activations=tasks)  # fmt: skip
 
     return serial(
+        Phase("rope", work(_rope(shape, sp, dt))),
         Phase("q_in", broadcast_line(region.rows, wavelets((sp.grp + 2) * sp.g, b))),
         Phase("scores", work((qk,), 1.0)),
         Phase("scores_sum", _allreduce(rates, 1, sp.s, wavelets(n, b))),

@@ -88,6 +88,9 @@ DECODER_ASSUMPTIONS = {
     "attention layout": "KV dimensions over the region's columns, tokens over its rows "
     "(wse_systems.attention): q and the new K/V flooded down the columns, scores summed "
     "across a KV head's columns, softmax sums and p.v reduced down the columns",
+    "rope": "the new q and k rotated on the top row before the flood, rotation pairs adjacent "
+    "(W_q and W_k rows permuted at load), the angles advanced from the last position's "
+    "(wse_systems.attention._rope)",
     "kv_tokens": "the attention reads the filled cache, half the context unless stated, not "
     "the whole allocated buffer (WaferLLM's decode computes over its buffer: swept beside the "
     "8B check, wse_systems.published.check_sweeps)",
