@@ -130,6 +130,21 @@ def wafer_dtype(asked: str, model: str, choice: ModelChoice) -> str:
     return choice.config.param_dtype if folder else "bfloat16"
 
 
+def _draft_model(text: str) -> ModelChoice:
+    """`resolve_model` of `--draft`, its refusal naming the draft (session 86: a draft folder
+    whose config.json dtype no engine runs, int8, was refused as "config.json's torch_dtype
+    'int8' ...", which of the two folders unsaid), with the dtypes a draft folder may hold."""
+    from wse_models.errors import CheckpointError
+
+    try:
+        return resolve_model(text)
+    except CheckpointError as e:
+        raise PlanError(f"--draft {text} (the draft folder): {e}; no option reads a draft "
+                        "folder as another dtype") from None  # fmt: skip
+    except WseError as e:
+        raise PlanError(f"--draft {text}: {e}") from None
+
+
 def micro_batch_setting(text: str | None) -> int | str | None:
     """--micro-batch: a mode of `wse_systems.training.micro_batch.MODES` or a positive int
     (None: the params file's, else "auto", as `wse train` runs it)."""
@@ -160,7 +175,7 @@ def draft_asked(
     from wse_systems.planning.infer import Draft
     from wse_systems.planning.infer_inputs import DEFAULT_GAMMA
 
-    model = None if draft is None else resolve_model(draft)
+    model = None if draft is None else _draft_model(draft)
     if per_round is None:
         return Draft(model, gamma, alpha), []
     if draft is None:

@@ -208,9 +208,21 @@ class PipelinePlan:
         wafer's rows beyond the plan's footprint counted."""
         return to_edge(region, self.spec, rows_above=self.rows_above, rows_below=self.rows_below)
 
+    def footprint(self) -> dict[str, int]:
+        """Where the plan lies on each of its wafers (PE rows and columns): its footprint's
+        origin on the wafer (`row0`: the wafer's rows above it, `rows_above`; `col0`: 0, a
+        footprint is a band of whole rows, `placed_on`), its size (`pe_rows` x `pe_cols`,
+        the plan's `spec`) and the wafer's rows below it (`rows_below`); the whole wafer:
+        0, 0 and no rows above or below. A region's place on the wafer is its own (`regions`
+        of `summary`: within the footprint) offset by the origin."""
+        return {"row0": self.rows_above, "col0": 0, "pe_rows": self.spec.pe_rows,
+                "pe_cols": self.spec.pe_cols, "rows_above": self.rows_above,
+                "rows_below": self.rows_below}  # fmt: skip
+
     def summary(self) -> dict[str, Any]:
         return {
             "wafer": self.spec.name,
+            "footprint": self.footprint(),  # session 86: where it lies on the wafer
             "layout": self.layout,
             "gemv": self.gemv,
             "num_wafers": self.num_wafers,

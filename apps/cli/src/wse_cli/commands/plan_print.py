@@ -16,6 +16,7 @@ from pathlib import Path
 import typer
 
 from wse_cli.commands.plan_assumed import Assumed
+from wse_cli.commands.plan_print_wafer import draft_rows, dtypes, wafers
 from wse_cli.errors import UserInputError
 
 __all__ = ["Assumed", "emit", "plot", "frontier_figure", "duration", "count"]
@@ -147,20 +148,6 @@ def _how(plan, meets: bool) -> str:
     return asked if meets else "one user (misses the limits)"
 
 
-def _wafers(w: dict) -> str:
-    """Wafers per replica, their regions' layout (banded or compact), stage count and the
-    PE rows of each wafer they take where fewer than the wafer's (a footprint), chosen at
-    each load with the placement (`wse_systems.serving.placements`)."""
-    layout = w.get("point", {}).get("layout", {})
-    regions, stages = layout.get("layout"), layout.get("stages")  # stages: searched (hunt 75)
-    rows, whole = layout.get("pe_rows"), layout.get("wafer_pe_rows")
-    part = rows and whole and rows < whole and f"{rows:,} of {whole:,} PE rows"
-    said = ", ".join(x for x in (regions, stages and f"{stages} stages", part) if x)
-    if layout.get("not_held"):  # hunt 82: why this load is served in another arrangement
-        said += f"; the load is not held by {layout['not_held']}"
-    return f"{w['wafers_per_replica']} x {w['system']}" + (f" ({said})" if said else "")
-
-
 def _first_token(point: dict) -> str:
     """The wafer's first token, marked where it is a bound (hunt 73: at most the mean over
     the users' phases, `layout["ttft_bound"]`)."""
@@ -245,9 +232,10 @@ def _serving_rows(plan) -> list[tuple[str, str, str]]:
     w, g = plan.wafer.to_dict(), plan.gpu.to_dict()
     both = lambda key, fmt: (fmt(w[key]), fmt(g[key]))  # noqa: E731
     rows = [
-        ("per replica", _wafers(w), _layout(g)),
+        ("per replica", wafers(w), _layout(g)),
+        *draft_rows(w),
         # hunt 68: a float32 model folder was priced 16-bit, and no row said which
-        ("weights and KV", plan.inputs["wafer_dtype"], plan.inputs["gpu_precision"]),
+        ("weights and KV", dtypes(plan.inputs), plan.inputs["gpu_precision"]),
         ("operating point", *both("meets_speed", lambda ok: _how(plan, ok))),
         ("users in flight", *both("users", lambda u: f"{u:,}")),
         ("most users that fit", *both("max_users", lambda u: f"{u:,}")),

@@ -31,7 +31,7 @@ import math
 from typing import Any
 
 from wse_core.cost.reads import recording
-from wse_core.hw.dtypes import DTYPES, dtype_bytes, dtype_name
+from wse_core.hw.dtypes import dtype_bytes, dtype_name
 
 from wse_systems import economics as eco
 from wse_systems import gpu as gpum
@@ -50,7 +50,9 @@ from wse_systems.planning.infer_inputs import (
     check_inputs,
     check_request,
     default_workload,
+    draft_inputs,
     speculation_of,
+    wafer_bytes,
 )
 from wse_systems.planning.infer_wafers import wafer_serving
 from wse_systems.planning.sides import (
@@ -207,7 +209,7 @@ def plan_infer(
     check_rates(rates)
     if gemv not in GEMV_PROGRAMS:
         raise PlanError(f"--gemv {gemv!r}: the known GEMV programs are {', '.join(GEMV_PROGRAMS)}")
-    bpp = _wafer_bytes(dtype)
+    bpp = wafer_bytes(dtype)
     cfg, g = choice.config, gpum.gpu_spec(gpu.gpu)
     work = default_workload(cfg) if workload is None else workload
     check_request(cfg, work)
@@ -216,7 +218,7 @@ def plan_infer(
     speculation = speculation_of(draft, choice, work)
     if speculation is not None and draft.dtype is not None:  # the draft's own (session 85)
         speculation = dataclasses.replace(
-            speculation, draft_bytes_per_param=_wafer_bytes(draft.dtype)
+            speculation, draft_bytes_per_param=wafer_bytes(draft.dtype, draft)
         )
     ws = wafer_serving(cfg, spec, num_wafers=wafers, workload=work, speculation=speculation,
                        gemv=gemv, bytes_per_param=bpp, stages=stages)  # fmt: skip
@@ -262,6 +264,7 @@ def plan_infer(
               "max_ttft_s": max_ttft_s, "gemv": gemv, "wafer_dtype": dtype_name(dtype),
               "wafer_stages": stages,
               "wafer_bytes_per_param": bpp,
+              **draft_inputs(speculation, draft, dtype, bpp),
               "speculation": None if speculation is None else speculation.to_dict(),
               "wafer_rates": wafer_rates(spec, rates).to_dict(),
               "gpu_rates": gpu_rates(g, rates).to_dict()}  # fmt: skip
@@ -299,15 +302,6 @@ def _gpu_power_w(gpu: gpum.GpuSpec, gpus: int, idle: int) -> tuple[float, float]
     (review 82: all were priced busy)."""
     peak_w, idle_w = gpu.power_w_per_gpu()
     return ((gpus - idle) * peak_w + idle * idle_w) / gpus, idle_w
-
-
-def _wafer_bytes(dtype: str) -> int:
-    """Bytes of a wafer weight (and cached value) in `dtype`: the SIMD table's dtypes only
-    (fp16, bf16, fp32: what `wse_systems.decoder` prices)."""
-    if dtype_name(dtype) not in DTYPES:
-        raise PlanError(f"--wafer-dtype {dtype!r}: the wafer prices float32, bfloat16 or "
-                        "float16 weights and KV")  # fmt: skip
-    return dtype_bytes(dtype)
 
 
 def _wafer_notes(ws: sv.WaferServing, point: sv.OperatingPoint) -> list[str]:

@@ -1,7 +1,10 @@
 """What `wse plan infer` is asked, checked: the wafer and GPU setups, where to serve on each
 frontier (`Target`), what the costs are counted over (`Costing`), speculative decoding
 (`Draft`, resolved by `speculation_of`; the draft-size rule the engines share,
-`check_draft_size`), and the request (`default_workload`, `check_request`).
+`check_draft_size`; the draft's weights and KV as the plan prices and says them,
+`draft_inputs`), the request (`default_workload`, `check_request`) and the bytes of a wafer
+value in a dtype the wafer prices (`wafer_bytes`, the target's or the draft's, each refused
+naming its own option).
 `wse_systems.planning.infer` plans with them and re-exports the setups."""
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import math
 from typing import Any, NamedTuple
 
 from wse_core import WaferSpec
+from wse_core.hw.dtypes import DTYPES, dtype_bytes, dtype_name
 
 from wse_systems import serving as sv
 from wse_systems.planning.choice import ModelChoice, PlanError, check_context
@@ -179,3 +183,33 @@ class Draft(NamedTuple):
     gamma: int | None = None
     alpha: float | None = None
     dtype: str | None = None
+
+
+def wafer_bytes(dtype: str, draft: Draft | None = None) -> int:
+    """Bytes of a wafer weight (and cached value) in `dtype`: the SIMD table's dtypes only
+    (fp16, bf16, fp32: what `wse_systems.decoder` prices); `draft`: the draft's dtype,
+    refused naming the draft (session 86: its refusal named the target's --wafer-dtype)."""
+    if dtype_name(dtype) in DTYPES:
+        return dtype_bytes(dtype)
+    if draft is None or draft.model is None:
+        raise PlanError(f"--wafer-dtype {dtype!r}: the wafer prices float32, bfloat16 or "
+                        "float16 weights and KV")  # fmt: skip
+    raise PlanError(
+        f"--draft {draft.model.name}: its dtype {dtype!r} is not one the wafer prices; a "
+        "draft's weights and KV are float32, bfloat16 or float16 (with --wafer-dtype auto, "
+        "its folder's config.json dtype; a given --wafer-dtype sets the target's and the "
+        "draft's)"
+    )
+
+
+def draft_inputs(
+    speculation: sv.Speculation | None, draft: Draft, dtype: str, bpp: int
+) -> dict[str, Any]:
+    """The draft's weights and KV on the wafer, as the plan prices them: its own dtype and
+    bytes a value, else the target's (`Speculation.draft_bytes_per_param` None); none
+    without a draft (session 86: the table named the target's dtype alone)."""
+    if speculation is None:
+        return {}
+    own = speculation.draft_bytes_per_param is not None and draft.dtype is not None
+    return {"draft_dtype": dtype_name(draft.dtype if own else dtype),
+            "draft_bytes_per_param": speculation.draft_bytes_per_param if own else bpp}  # fmt: skip

@@ -8,8 +8,10 @@ policy below (`wse_systems.serving.placements.search`: each layout, banded or co
 one is asked, `layout["layout"]`; each head size of the ladder, `layout["head_rows"]`, on
 the whole wafer and on each footprint of fewer PE rows, `layout["pe_rows"]` of
 `layout["wafer_pe_rows"]` (hunt jobs17: GPT-2 124M's token 70.4 us on the whole wafer, 52.4
-on 64 rows); the prompt block each allows; hunt 73: by one user's token, 70B on 4 wafers
-was held to 21 users where banded holds 44); speculation: below): the plan the pipelined
+on 64 rows; where the plans lie on each wafer, `layout["footprint"]` and, speculative,
+`layout["draft_footprint"]`: `PipelinePlan.footprint`); the prompt block each allows; hunt
+73: by one user's token, 70B on 4 wafers was held to 21 users where banded holds 44);
+speculation: below): the plan the pipelined
 engine runs, every region holding its layers' weights, each user's KV cache for those layers and
 activations, declared in the wafer's SRAM ledger. The most users that fit (`max_users`) is where the
 layout that holds the most stops fitting (the regions by bytes, as the search's);
@@ -399,11 +401,13 @@ class WaferServing:
         if block is None:  # a placement set by hand: its own best block
             block = placements.served([(plans, w) for w in self._works(plans)], users,
                                       self.workload.output_tokens)[1].block  # fmt: skip
-        best, token, plan = self.request(users, block), self.pipelines(users)[0], plans[0]
+        best, token, (plan, draft) = self.request(users, block), self.pipelines(users)[0], plans
         return best.point(users, self.workload, regions=len(plan.stages) + 1, wafers=self.units,
                           layout=plan.layout, stages=len(plan.stages), token_s=token.token_s,
                           head_rows=plan.head.region.rows, pe_rows=plan.spec.pe_rows,
                           wafer_pe_rows=self.spec.pe_rows, not_held=self.not_held(users),
+                          footprint=plan.footprint(),
+                          draft_footprint=None if draft is None else draft.footprint(),
                           **token.token_parts_s())  # fmt: skip
 
     def not_held(self, users: int) -> str:
