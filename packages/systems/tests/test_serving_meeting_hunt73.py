@@ -72,18 +72,10 @@ def _most(meets: list[OperatingPoint]) -> int:
     return max((p.users for p in meets if p.aggregate_tokens_per_s >= (1 - 1e-9) * top), default=0)
 
 
-_MEETING_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="hunt 85: with CS-3's fitted DSD issue and the serving window that keeps the "
-    "prompts catching a waiting item, the search's pick under a first-token limit of 2.76 s "
-    "serves 1,376.0 tokens/s where a load meeting it serves 1,391.4 (1.1%, the tie is 1%)",
-)
-
-
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=_MEETING_XFAIL) if c == "8b-4-wafers" else c
-             for c in sorted(CASES)],
-)  # fmt: skip
+# session 85: 8b-4-wafers under a 2.76 s first token picked 102 users, 1,376.0 tokens/s, where
+# 132 serve 1,391.4 (1.1%, the tie is 1%): the most lay behind a drop past the grid's most
+# (a change of block), unseen; session 86: the search looks about each such peak, 104 users
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_meeting_is_the_brute_force_over_every_load(case):
     s = CASES[case]()
     assert s.max_users > 64  # the grid's steps of 3% are searched

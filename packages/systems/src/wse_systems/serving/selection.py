@@ -30,10 +30,13 @@ speed still refused queued loads: the knee's rule, and no speed to meet there.
 layout, placement or prompt block with the load; hunt 73), but bounds its work: one user
 first (none is served faster nor sooner, so a limit it misses is missed by every load), then
 every load of a grid (`meeting_loads`: every load up to 64, then steps of 3%) and the
-frontier's loads (`frontier.loads`), then every load between the grid's neighbours of the
-most output found (which sets the 1% floor), then of the best found (past 64 loads, a finer
-grid about each, in turn). Its resolution: a load better than the best grid load, or more
-output than the grid's most, more than 3% from it, is not seen.
+frontier's loads (`frontier.loads`), then every load between the grid's neighbours of each
+peak priced (a load with as much output as both its priced neighbours, within 1% of the most
+priced: past a change of layout the output drops, and the most can lie just before a drop,
+between two loads priced; session 86), then of the most output found (which sets the 1%
+floor), then of the best found (past 64 loads, a finer grid about each, in turn). Its
+resolution: a load better than the best grid load, or more output than the grid's most, more
+than 3% from both a peak priced and the best, is not seen.
 """
 
 from __future__ import annotations
@@ -116,12 +119,14 @@ def meeting(
     """Of the loads meeting the limits (the module: a speed only unqueued), the most output
     tokens/s within 1%, then the soonest first token (`_best`), None when none meets them: one
     user first (None when it misses), then every load of `meeting_loads` and
-    `frontier.loads`, then every load between the grid's neighbours of the load of the most
-    output, then of the best (past 64 of them, 64 evenly spaced, then as many about it,
-    closer in). At most len(meeting_loads(max_users)) + log2(max_users) + 1 points are
-    priced, and then ceil(0.07 m) + ceil(0.07 b) for m the load of the most output and b the
-    load chosen, each up to about 900; past it 64 a tenfold finer step. At one output token a
-    speed is dropped (nothing to meet): a speed alone is `knee(system, front)`."""
+    `frontier.loads`, then every load between the grid's neighbours of each peak priced
+    within 1% of the most priced (`_peaks`), of the load of the most output, then of the best
+    (past 64 of them, 64 evenly spaced, then as many about it, closer in). At most
+    len(meeting_loads(max_users)) + log2(max_users) + 1 points are priced, and then about
+    ceil(0.07 p) for each peak p (the load of the most output m among them, its neighbours
+    priced once) + ceil(0.07 b) for b the load chosen, each up to about 900; past it 64 a
+    tenfold finer step. At one output token a speed is dropped (nothing to meet): a speed
+    alone is `knee(system, front)`."""
     _limits(speed, max_ttft_s)
     if speed is None and max_ttft_s is None:
         raise ServingError("meeting needs a per-user speed, a time to first token, or both")
@@ -145,26 +150,51 @@ def meeting(
     for u in sorted({*grid, *loads(system.max_users)}):
         met(u)
 
-    def near(pick: Callable[[list[OperatingPoint]], OperatingPoint]) -> None:
-        """Every load between the grid's neighbours of `pick`'s load, or 64 evenly spaced and
-        closer in."""
-        b = pick([p for p in found.values() if p is not None]).users
+    def near(pick: Callable[[list[OperatingPoint]], OperatingPoint], start: int = 0) -> None:
+        """Every load between the grid's neighbours of `start` (or `pick`'s load), or 64
+        evenly spaced and closer in about `pick`'s load of those priced there."""
+        b = start or pick([p for p in found.values() if p is not None]).users
         i = max(j for j, g in enumerate(grid) if g <= b)
         low, high = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
         while high - low > 1:
             step = max(1, (high - low) // _DENSE)
             for u in range(low + step, high, step):
                 met(u)
-            b = pick([p for p in found.values() if p is not None]).users
+            b = pick([p for u, p in found.items() if p is not None and low <= u <= high]).users
             if step == 1 or not low < b < high:
                 break
             low, high = max(low, b - step), min(high, b + step)
 
+    def most(points: list[OperatingPoint]) -> OperatingPoint:
+        return max(points, key=lambda p: p.aggregate_tokens_per_s)
+
     # the most output first: it sets the 1% floor (hunt 76: its grid neighbour's floor let in
-    # a load 1% below the most, 134 users where 135 is the rule's)
-    near(lambda ps: max(ps, key=lambda p: p.aggregate_tokens_per_s))
+    # a load 1% below the most, 134 users where 135 is the rule's). Past a change of layout
+    # the output drops, so the most can lie between two loads priced, behind the one before
+    # the drop: about each load priced with as much output as both its neighbours (a load
+    # that misses the limits has none), within 1% of the most priced, most first (session
+    # 86: Llama 3 8B on 4 CS-3 at 8,192 + 64 tokens under a 2.76 s first token had 1,388.3
+    # tokens/s at 117 users, 1,388.1 at 129 and 883.1 at 133, queued; 132 serve 1,391.4, and
+    # the pick about 117, 102 users at 1,376.0, was past the tie)
+    for u in _peaks(found):
+        near(most, u)
+    near(most)
     near(_best)
     return _best([p for p in found.values() if p is not None])
+
+
+def _peaks(found: dict[int, OperatingPoint | None]) -> list[int]:
+    """The loads priced whose output is at least both priced neighbours' (one that misses
+    the limits, None, has none), within `TIE` of the most priced, the most output first."""
+    us = sorted(found)
+    out = {u: p.aggregate_tokens_per_s for u, p in found.items() if p is not None}
+    if not out:
+        return []
+    floor = (1.0 - TIE) * max(out.values())
+    near = {u: us[max(0, i - 1) : i + 2] for i, u in enumerate(us)}  # itself, its neighbours
+    peaks = [u for u, x in out.items()
+             if x >= floor and all(x >= out.get(v, -math.inf) for v in near[u])]  # fmt: skip
+    return sorted(peaks, key=lambda u: -out[u])
 
 
 def knee(system: ServingSystem, front: Frontier | None = None) -> OperatingPoint:
