@@ -19,46 +19,38 @@ alternate") becomes the 400's (`template_sandbox`: the rest of the environment).
 Otherwise the plain template is one line per message, "role: content", followed by
 "assistant:" (left out without a generation prompt) — e.g. [system "Be brief.", user "Hi"]
 becomes "system: Be brief.\\nuser: Hi\\nassistant:".
-Content may be a string or a non-empty list of text parts, each read as vLLM reads it
-(`TEXT_PARTS`): {"type": "text", "text": ...} and the Responses API's "input_text" and
-"output_text" by their `text`, OpenAI's "refusal" by its `refusal`, "thinking" by its
-`thinking`; a "text" or "refusal" part whose text is null or missing is skipped, as vLLM
-skips it. Any other part (an image, audio) is refused: these models take text only.
 
-Each message reaches the template as {"role", "content"} and its `name` when it has one, so a
-template that renders names (or `apply_chat_template`) sees it; the plain template leaves
-names out. An assistant message's reasoning (`reasoning`, else `reasoning_content`: a
-string) reaches it as vLLM passes it, under both names, and as `thinking`, the name
-transformers adds for templates that read that (hunt 71: it was dropped without a word, and
-Qwen3's `<think>` blocks of earlier turns rendered empty); another role's is left out, as
-vLLM leaves it. Its content is in the template's content format, vLLM's
---chat-template-content-format (`CONTENT_FORMATS`): "string", the texts joined with "\\n"
-(as vLLM and TensorRT-LLM join them; hunt 68: "Question:" + "What is 2+2?" ran together), or
-"openai", a list of {"type": "text", "text": ...} parts (a string is one part). "auto" (the
-default) is vLLM's detection (`detect_content_format`): "openai" for a template that loops
-over a message's content, as many HF templates do (hunt 68: they were given a string, looped
-over its characters and rendered every message empty), else "string".
-
-This server serves no tools, so a history holding tool calls (`tool_calls`, `function_call`,
-`tool_call_id`, a "tool" message, or a "function" message, OpenAI's deprecated tool result,
-which vLLM passes to the template) is refused with a 400 naming the field (hunt 65: they were
-checked, then dropped from the prompt, and the model answered a conversation silently
-changed).
+Messages are checked and laid out for the template by `wse_inference.serve.chat_messages`
+(their content parts, names, reasoning, refused tool histories), in the content format of
+`wse_inference.serve.chat_format` (vLLM's --chat-template-content-format, "auto" detected).
 
 The template is compiled and rendered within bounds by `wse_inference.serve.template_sandbox`
 (`compile_chat_template`, `render_bounded`: re-exported here).
+
+Contract: this module owns a chat's text and token ids (`chat_text`, `chat_prompt`), the
+request's template variables (`template_kwargs`, `RESERVED_KWARGS`, `CALL_KWARGS`) and the
+server's start-up check of its template (`template_problem`, `SAMPLE_CHAT`); the names of
+`chat_messages`, `chat_format` and `template_sandbox` its callers import are re-exported here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from wse_inference.engine import Tokenizer
 from wse_inference.serve.admission import InvalidRequestError, encode_prompt, shown_json
+from wse_inference.serve.chat_format import CONTENT_FORMATS, detect_content_format, resolved_format
+from wse_inference.serve.chat_messages import (
+    CHAT_ROLES,
+    MAX_NAME_CHARS,
+    TEXT_PARTS,
+    bad_messages,
+    checked_messages,
+    template_messages,
+)
 from wse_inference.serve.template_sandbox import compile_chat_template, render_bounded
 
 __all__ = ["CALL_KWARGS", "CHAT_ROLES", "CONTENT_FORMATS", "MAX_NAME_CHARS", "RESERVED_KWARGS",
@@ -66,132 +58,7 @@ __all__ = ["CALL_KWARGS", "CHAT_ROLES", "CONTENT_FORMATS", "MAX_NAME_CHARS", "RE
            "detect_content_format", "render_bounded", "template_kwargs",
            "template_problem"]  # fmt: skip
 
-CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
-MAX_NAME_CHARS = 64  # a message's `name` (OpenAI documents 64 characters)
 SAMPLE_CHAT = [{"role": "user", "content": "Hi"}]  # what a server's template is tried on
-CONTENT_FORMATS = ("auto", "string", "openai")  # vLLM's --chat-template-content-format
-_REASONING = ("reasoning", "reasoning_content")  # an assistant's, in vLLM's order of choice
-# The content parts read as text, each by its field: vLLM's MM_PARSER_MAP and
-# `_parse_chat_message_content_part` (vllm/entrypoints/chat_utils.py): the Responses API's
-# input_text and output_text (agent frameworks replay them into chat histories), OpenAI's
-# assistant refusal part (the openai client puts it back into a history) and thinking; each
-# joined as text parts are (hunt 81: refused as "not text")
-TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text",
-              "refusal": "refusal", "thinking": "thinking"}  # fmt: skip
-# parts vLLM skips (a warning) when their text is missing or null: PART_TYPES_TO_SKIP_NONE_CONTENT
-_SKIPPED_WHEN_NULL = ("text", "refusal")
-
-
-def _bad(message: str) -> InvalidRequestError:
-    return InvalidRequestError(message, param="messages")
-
-
-def _part_text(part: Any, i: int, j: int) -> str | None:
-    """The text of part `j` of message `i` (None: a part vLLM skips), or a 400 naming it."""
-    kind = part.get("type") if isinstance(part, dict) else None
-    field = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
-    if field is None:  # not a text part: an image, audio, a part without a type...
-        got = (f"a {shown_json(kind, head=40)} part" if isinstance(kind, str)
-               else shown_json(part, head=60))  # fmt: skip
-        raise _bad(
-            f"messages[{i}].content[{j}] is {got}; this model takes text only: give text "
-            f"parts ({', '.join(TEXT_PARTS)}) or a string."
-        )
-    text = part.get(field)
-    if isinstance(text, str):
-        return text
-    if text is None and kind in _SKIPPED_WHEN_NULL:  # vLLM's: skipped, with a warning
-        return None
-    raise _bad(f"messages[{i}].content[{j}] is a {shown_json(kind)} part; its {field!r} must be "
-               f"a string, got {shown_json(text, head=40)}.")  # fmt: skip
-
-
-def _content_texts(content: Any, i: int) -> list[str]:
-    """The texts of message `i`'s content: a string is one; a list, its text parts'
-    (`TEXT_PARTS`, as vLLM reads them)."""
-    if content is None or isinstance(content, str):
-        return [content or ""]
-    if content == []:  # OpenAI refuses an empty array (hunt 65: it was taken as "")
-        raise _bad(f"messages[{i}].content is an empty list; give a string or at least one "
-                   '{"type": "text", "text": "..."} part.')  # fmt: skip
-    if isinstance(content, list):
-        texts = (_part_text(part, i, j) for j, part in enumerate(content))
-        return [t for t in texts if t is not None]
-    raise _bad(f"messages[{i}].content must be a string or a list of text parts.")
-
-
-def _check_message_fields(m: dict, i: int) -> None:
-    """OpenAI's types of a message's other fields (hunt 56: a name of 5 or ["a"], tool_calls
-    "garbage" and a tool message without tool_call_id were taken), then the tool calls this
-    server cannot serve refused (`_refuse_tool_history`)."""
-    name = m.get("name")
-    if name is not None and not isinstance(name, str):
-        raise _bad(f"messages[{i}].name must be a string, got {shown_json(name, head=40)}.")
-    if name is not None and len(name) > MAX_NAME_CHARS:  # hunt 57: 1 MB names were taken
-        raise _bad(
-            f"messages[{i}].name must be at most {MAX_NAME_CHARS} characters (OpenAI's limit), "
-            f"got {len(name):,}."
-        )
-    calls = m.get("tool_calls")
-    if calls is not None and not (
-        m["role"] == "assistant"
-        and isinstance(calls, list)
-        and all(isinstance(c, dict) for c in calls)
-    ):
-        raise _bad(f"messages[{i}].tool_calls must be a list of objects, on an assistant message.")
-    if m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str):
-        raise _bad(f"messages[{i}] (tool) needs a tool_call_id (a string): the call it answers.")
-    for field in _REASONING:  # vLLM's type, where it reads them
-        value = m.get(field)
-        if m["role"] == "assistant" and value is not None and not isinstance(value, str):
-            raise _bad(f"messages[{i}].{field} must be a string, got {shown_json(value, head=40)}.")
-    _refuse_tool_history(m, i)
-
-
-def _refuse_tool_history(m: dict, i: int) -> None:
-    """A history of tool calls: refused, as `tools` is (hunt 65: the calls were dropped from
-    the prompt and their assistant turns rendered empty). Empty lists hold no call."""
-    if m["role"] == "tool":
-        call = shown_json(m["tool_call_id"], head=40)
-        raise _bad(
-            f"messages[{i}] is a tool message (the result of the call {call}); this server "
-            "serves no tools, so it takes no tool results; leave it out."
-        )
-    for field in ("tool_calls", "function_call", "tool_call_id"):
-        if m.get(field) not in (None, []):
-            raise _bad(
-                f"messages[{i}].{field} is not supported by this server (it serves no tools); "
-                "leave it out."
-            )
-
-
-def _of_call(m: dict) -> str:
-    """ ", of the call NAME" for a function message naming its function, else ""."""
-    name = m.get("name")
-    return f" of the call {shown_json(name, head=40)}" if isinstance(name, str) else ""
-
-
-def _checked(messages: Any) -> list[tuple[dict, list[str]]]:
-    """Each message of a chat request, checked, with its content's texts."""
-    if not isinstance(messages, list) or not messages:
-        raise _bad("messages must be a non-empty list.")
-    checked = []
-    for i, m in enumerate(messages):
-        if isinstance(m, dict) and m.get("role") == "function":  # hunt 81: "needs a role"
-            raise _bad(
-                f"messages[{i}] is a function message (OpenAI's deprecated form of a tool "
-                f"result{_of_call(m)}); this server serves no tools, so it takes no function "
-                "results; leave it out."
-            )
-        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
-            raise _bad(f"messages[{i}] needs a role among {', '.join(CHAT_ROLES)}.")
-        if m.get("content") is None and not (
-            m["role"] == "assistant" and (m.get("tool_calls") or m.get("function_call"))
-        ):  # as OpenAI and vLLM: only an assistant message with tool calls may omit it
-            raise _bad(f"messages[{i}] ({m['role']}) needs a content.")
-        _check_message_fields(m, i)
-        checked.append((m, _content_texts(m.get("content"), i)))
-    return checked
 
 
 # chat_template_kwargs a request may not set, with why: the variables this server sets itself
@@ -242,90 +109,10 @@ def template_kwargs(value: Any) -> dict[str, Any]:
     return {k: v for k, v in value.items() if k not in CALL_KWARGS}
 
 
-def _template_messages(checked: list[tuple[dict, list[str]]], content_format: str) -> list[dict]:
-    """What a template sees of each message: its role, its content in `content_format`
-    ("openai": a list of text parts; "string": the texts joined with "\\n", as vLLM joins
-    them), an assistant's reasoning, its name; in vLLM's order, then transformers'."""
-    msgs = []
-    for m, texts in checked:
-        content: Any = "\n".join(texts)
-        if content_format == "openai":
-            content = [{"type": "text", "text": t} for t in texts]
-        msg = {"role": m["role"], "content": content}
-        reasoning = next((m[f] for f in _REASONING if m.get(f) is not None), None)
-        if m["role"] == "assistant" and reasoning is not None:  # vLLM's, then transformers'
-            msg = {"thinking": reasoning, **msg, "reasoning": reasoning,
-                   "reasoning_content": reasoning}  # fmt: skip
-        if m.get("name") is not None:
-            msg["name"] = m["name"]
-        msgs.append(msg)
-    return msgs
-
-
-def _reads(node: Any, names: set[str], key: str | None = None) -> bool:
-    """Whether Jinja `node` reads a variable among `names` (with `key`: its item or attribute
-    `key`, x['content'] or x.content), through filters, tests and slices (vLLM's
-    `_is_var_or_elems_access`)."""
-    from jinja2 import nodes
-
-    while isinstance(node, (nodes.Filter, nodes.Test)) or (
-        isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice)
-    ):
-        node = node.node
-    if key is not None:
-        item = isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and (
-            node.arg.value == key)  # fmt: skip
-        if not (item or (isinstance(node, nodes.Getattr) and node.attr == key)):
-            return False
-        node = node.node
-    return isinstance(node, nodes.Name) and node.ctx == "load" and node.name in names
-
-
-def _loop_targets(ast: Any, names: set[str], key: str | None = None) -> set[str]:
-    """The names `{% for x in ... %}` binds over what `_reads(names, key)`."""
-    from jinja2 import nodes
-
-    return {loop.target.name for loop in ast.find_all(nodes.For)
-            if isinstance(loop.target, nodes.Name) and _reads(loop.iter, names, key)}  # fmt: skip
-
-
-@functools.lru_cache(maxsize=32)
-def detect_content_format(template: str) -> str:
-    """vLLM's "auto" content format of a Jinja chat template: "openai" when it loops over a
-    message's content (`{% for m in messages %}...{% for c in m['content'] %}`, `messages`
-    also through `{% set %}` aliases and slices), else "string" (a template that does not
-    compile too: its error is said where it is rendered)."""
-    import jinja2
-    from jinja2 import nodes
-
-    try:
-        ast = compile_chat_template(template).environment.parse(template)
-    except jinja2.TemplateError:
-        return "string"
-    messages, grown = {"messages"}, True
-    while grown:  # {% set loop_messages = messages[1:] %}, and aliases of those
-        found = {a.target.name for a in ast.find_all(nodes.Assign)
-                 if isinstance(a.target, nodes.Name) and _reads(a.node, messages)}  # fmt: skip
-        grown = not found <= messages
-        messages |= found
-    looped = _loop_targets(ast, _loop_targets(ast, messages), "content")
-    return "openai" if looped else "string"
-
-
 def _template_text(tokenizer: Tokenizer, chat_template: str | None) -> str | None:
     """The Jinja template a chat is rendered with: the server's, else the tokenizer's."""
     template = chat_template or getattr(tokenizer, "chat_template", None)
     return template if isinstance(template, str) and template else None
-
-
-def _resolved(content_format: str, template: str | None) -> str:
-    """`content_format`, "auto" detected from the Jinja `template`; without one, "string"
-    (the plain "role: content" lines print a content as it is)."""
-    if content_format not in CONTENT_FORMATS:
-        raise ValueError(f"content_format must be one of {CONTENT_FORMATS}, got {content_format!r}")
-    if template is None:
-        return "string"
-    return detect_content_format(template) if content_format == "auto" else content_format
 
 
 def chat_text(
@@ -341,9 +128,9 @@ def chat_text(
     tokenizer's), else the plain "role: content" lines; see the module docstring.
     `template_kwargs` (vLLM's chat_template_kwargs, checked: `template_kwargs`) are more
     variables of the render, over the tokenizer's special tokens as transformers lays them."""
-    checked = _checked(messages)
+    checked = checked_messages(messages)
     template = _template_text(tokenizer, chat_template)
-    msgs = _template_messages(checked, _resolved(content_format, template))
+    msgs = template_messages(checked, resolved_format(content_format, template))
     if template is None:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in msgs)
         return text + ("assistant:" if add_generation_prompt else "")
@@ -366,12 +153,12 @@ def _render_errors() -> Iterator[None]:
     except jinja2.TemplateError as e:  # hunt 60: raise_exception's text whole, newlines too
         why = " ".join(str(e).split())
         why = why if len(why) <= 200 else f"{why[:200]}... ({len(why):,} characters)"
-        raise _bad(f"The chat template cannot render these messages: {why}") from e
+        raise bad_messages(f"The chat template cannot render these messages: {why}") from e
     except (ArithmeticError, LookupError, TypeError, ValueError, RuntimeError) as e:
         # the template's own Python error on these messages (10 // 0, '%d' % 'x', a macro
         # calling itself): a 400 as vLLM answers, not a 500 (hunt 58b)
         why = " ".join(str(e).split())[:200]
-        raise _bad(
+        raise bad_messages(
             f"The chat template cannot render these messages: {type(e).__name__}: {why}"
         ) from None
 
@@ -417,9 +204,9 @@ def chat_prompt(
     `template_kwargs`: more variables of the template (`chat_text`)."""
     kwargs = dict(template_kwargs or {})
     if chat_template is None and hasattr(tokenizer, "apply_chat_template"):
-        checked = _checked(messages)
-        form = _resolved(content_format, _template_text(tokenizer, None))
-        msgs = _template_messages(checked, form)
+        checked = checked_messages(messages)
+        form = resolved_format(content_format, _template_text(tokenizer, None))
+        msgs = template_messages(checked, form)
         return _transformers_ids(tokenizer, msgs, add_generation_prompt, kwargs)
     text = chat_text(messages, tokenizer, chat_template, content_format=content_format,
                      add_generation_prompt=add_generation_prompt,
@@ -521,5 +308,5 @@ def template_problem(
     sample = "(one user message, 'Hi')"
     if why:
         return f"{source} cannot render a sample chat {sample}: {why}"
-    form = _resolved(content_format, _template_text(tokenizer, template))
+    form = resolved_format(content_format, _template_text(tokenizer, template))
     return _text_lost(f"{source} renders a sample chat {sample}", text, form)
