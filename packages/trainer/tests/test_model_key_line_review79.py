@@ -1,5 +1,5 @@
 """Review 79 (L6): the line that refuses an unknown `model.` key was written twice, in the
-file's read (`config._model_keys`) and in `session.model_config`; it is one function now
+file's read (`config_read._model_keys`) and in `session.model_config`; it is one function now
 (`config.unknown_model_key`). Oracle: the line written out by hand, and both paths give it."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ refused one a run, with no note or none that fitted):
   the eval split's order (`session.evaluate`), so train's true and eval's false are what runs.
 - A data processor's `vocab_size` (hunt 80: "did you mean 'batch_size'?"): the run tokenizes
   both splits with its own tokenizer of model.vocab_size tokens; the reader checks the two
-  agree (`config._config`), since only the model section knows the model's.
+  agree (`config_read.config_from_moved`), since only the model section knows the model's.
 - `optimizer.correct_bias` true (adam and adamw correct the bias here, optax's
   `scale_by_adam`), `amsgrad` false (ModelZoo's default; true is refused: `_amsgrad`),
   `grad_accum_steps` 1 (ModelZoo's GPU accumulation, a no-op on a CS system; here a step's

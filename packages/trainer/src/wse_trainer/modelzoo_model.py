@@ -1,6 +1,6 @@
 """ModelZoo's model-section keys whose meaning here depends on the model, read once its arch and
 its preset are known (`session.model_config`; the file's reader says them beside its other
-lines, `config._model_keys`).
+lines, `config_read._model_keys`).
 
 - `nonlinearity` moves to our `mlp_activation` by the arch (gpt2: one activation; llama:
   gated), and the settings the arch fixes (`_BY_ARCH`: positions, norms, biases, dropout, the

@@ -59,7 +59,7 @@ def null_meaning(cls: type | None, section: str, key: str) -> str:
 
 def unknown_null(cls: type | None, section: str, key: str, item: str) -> str | None:
     """The line for `item`, a null on a key its section cannot have, as for a value
-    (`config._section`; the model's: `session.model_config`) and Hydra's `~key` of a
+    (`config_read._section`; the model's: `session.model_config`) and Hydra's `~key` of a
     missing key; None for a key it can have (ModelZoo's spellings too)."""
     model = cls is None
     cls, fields = _fields(cls)
