@@ -41,34 +41,40 @@ entries past the last iteration are NaN. It has min(maxiter, HISTORY_ITERATIONS)
 a cap is a bound, not a forecast (hunt 67: maxiter=10**8 made a 4-iteration solve allocate
 2 GB of history up front), so a solve past HISTORY_ITERATIONS records its first ones only.
 
-`check_stop(tol, maxiter)` is the one rule for a solver's stopping settings (this solver,
-`refine`, `wse_hpc.fields`' cg and bicgstab): tol a finite number in (0, 1), maxiter an
-integer within the HPC iteration limit (`wse_core.host.limits`' time_steps).
-
-Operators: the iteration is the one BiCGSTAB of the stack. It runs over an `Operator` (A on
-placed fp32 arrays, its Jacobi-scaled form in the working precision, the scaling's constants):
-`stencil_operator(grid)` is the 7-point Laplacian with Dirichlet boundaries (with periodic
-ones it is singular: refused); `wse_hpc.fields.solvers.bicgstab` hands it any linear field
-operator (periodic, Dirichlet, Neumann, advection: `field_operator` there), fp32 only.
+Contract: this module owns the solver `bicgstab` (its loop, its passes, its scaled start, its
+history and `BicgstabResult`); one iteration over an operator (`Krylov`, `krylov_step`,
+`restart_test`, `Operator`, `stencil_operator`, `fused_dot`, `solver_setup`) is
+`wse_hpc.stencil.krylov`'s, shared with `refine`, and the stack's stopping rule
+(`check_stop`, `correction_tol`, `PASS_FLOOR`, `GAIN`, `run_passes`...) is
+`wse_hpc.stencil.stopping`'s, shared with `wse_hpc.fields`' solvers; both are re-exported
+here.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from wse_core import fabric
-from wse_core.errors import is_finite, require_int, shown_setting
-from wse_core.host import limits
 
-from wse_hpc.stencil import pe_dots
-from wse_hpc.stencil.config import INT32_MAX
-from wse_hpc.stencil.kernels import diagonal, laplacian7
-from wse_hpc.stencil.placement import StencilError, StencilGrid
+from wse_hpc.stencil.krylov import (
+    PRECISIONS,
+    RESTART_EPS,
+    Krylov,
+    Operator,
+    Precision,
+    default_replace_every,
+    fused_dot,
+    krylov_step,
+    restart_test,
+    solver_setup,
+    stencil_operator,
+)
+from wse_hpc.stencil.placement import StencilGrid
 from wse_hpc.stencil.scaling import (
     TARGET_MAGNITUDE,
     check_sigma,
@@ -76,6 +82,16 @@ from wse_hpc.stencil.scaling import (
     scale_for,
     sigma_for,
     start_fault,
+)
+from wse_hpc.stencil.stopping import (
+    GAIN,
+    PASS_FLOOR,
+    check_stop,
+    correction_tol,
+    keep_best,
+    pass_again,
+    residual_met,
+    run_passes,
 )
 
 __all__ = [
@@ -105,22 +121,10 @@ __all__ = [
     "stencil_operator",
 ]
 
-Precision = Literal["mixed", "fp32"]
-PRECISIONS = ("mixed", "fp32")
-# |(r^, r)| / (|r^| |r|) below this fraction of the vector dtype's epsilon restarts the
-# iteration (fp16: 9.8e-5, fp32: 1.2e-8): below it the dot is rounding noise.
-RESTART_EPS = 0.1
 # Iterations a residual history records (4 B each, per history): 100x the default cap of
 # 1,000; every solve the stack runs, tests and studies included, stops within 1,000.
 HISTORY_ITERATIONS = 100_000
 KEEP_EVERY = 50  # iterations between kept iterates when residual replacement is off
-# A pass from a nonzero x stops at this recurrence residual relative to its own ||b - A x||
-# at the lowest: that right-hand side is rounded at eps ||A|| ||x|| in the working precision
-# (fp16's eps 9.8e-4), and solving it further only moves the rounding; the next pass starts
-# from the true residual of the x it leaves. The stack's one set: `wse_hpc.fields.solvers`'
-# cg and bicgstab (fp32) use PASS_FLOOR["fp32"] and GAIN from here (`pass_again`).
-PASS_FLOOR = {"mixed": 2.0**-10, "fp32": 1e-6}
-GAIN = 0.9  # another pass only while the true residual fell below GAIN x the last one's
 
 
 class BicgstabResult(NamedTuple):
@@ -138,19 +142,6 @@ class BicgstabResult(NamedTuple):
     sigma_fault: jax.Array
 
 
-class Krylov(NamedTuple):
-    """BiCGSTAB's recurrence: the iterate, its vectors and scalars (one `krylov_step`)."""
-
-    x: jax.Array  # fp32: the iterate (of the scaled system)
-    r: jax.Array  # working precision from here to v
-    rhat: jax.Array
-    p: jax.Array
-    v: jax.Array
-    rho: jax.Array  # fp32 scalars
-    alpha: jax.Array
-    omega: jax.Array
-
-
 class _State(NamedTuple):
     k: Krylov
     rr: jax.Array
@@ -159,53 +150,6 @@ class _State(NamedTuple):
     breakdown: jax.Array
     restart: jax.Array  # bool: the next iteration starts afresh (p = r)
     hh: jax.Array  # (r^, r^), fp32: changes only at a restart
-
-
-class Operator(NamedTuple):
-    """A linear operator for BiCGSTAB: `space` is what its vectors are placed on (anything
-    with a `.wafer`: a `StencilGrid`, a fields `FieldGrid`); `apply` is A on placed fp32
-    arrays, `scaled` is `inv_d * A` in the working precision (fp16 only when `fp16`: its
-    coefficients then fit fp16); `lambda_min` bounds `inv_d * A`'s smallest eigenvalue from
-    below (it sets the power-of-two scaling sigma, `refine._sigma`)."""
-
-    space: Any
-    apply: Callable[[jax.Array], jax.Array]
-    scaled: Callable[[jax.Array], jax.Array]
-    inv_d: float
-    lambda_min: float
-    fp16: bool
-
-
-def stencil_operator(grid: StencilGrid) -> Operator:
-    """The 7-point Laplacian A of `grid` (Dirichlet: SPD); StencilError for a periodic grid,
-    where A is singular (the constants are its null space)."""
-    if grid.boundary != "dirichlet":
-        raise StencilError(
-            f"BiCGSTAB on the 7-point Poisson matrix needs Dirichlet boundaries: with "
-            f"{grid.boundary} ones it is singular (constants are its null space); use "
-            "dirichlet, or wse_hpc.fields (cg with nullspace=True)"
-        )
-    inv_d = 1.0 / float(diagonal(grid))
-    scaled = laplacian7(grid, scale=inv_d)  # D^-1 A: coefficients fit fp16
-    return Operator(grid, laplacian7(grid), scaled, inv_d, lambda_min(grid), True)
-
-
-def fused_dot(grid: StencilGrid, pairs: list[tuple[jax.Array, jax.Array]]) -> jax.Array:
-    """fp32 dot products of several pairs with one wafer-wide allreduce: shape (len(pairs),),
-    replicated (every PE holds the sums, as after the wafer's allreduce; `perf` prices the
-    allreduce). Why `fabric.reduce` and not `fabric.allreduce(...)[0, 0]`: the latter's
-    placed result, indexed outside the mesh, costs XLA a second cross-device all-reduce to
-    fetch PE (0, 0)'s copy (6 instead of 3 per iteration on a 1 x 2 mesh)."""
-    if pe_dots.available(grid.wafer, pairs):  # the PEs' sums as one CPU kernel (pe_dots)
-        return fabric.reduce(grid.wafer, pe_dots.local_dots(grid.wafer, pairs))
-    f32 = jnp.float32
-    local = jnp.stack([jnp.sum(a.astype(f32) * b.astype(f32), axis=2) for a, b in pairs], axis=-1)
-    return fabric.reduce(grid.wafer, local)
-
-
-def default_replace_every(precision: str) -> int:
-    """The default residual-replacement period: 10 iterations (mixed), 50 (fp32)."""
-    return 10 if precision == "mixed" else 50
 
 
 class _Solver(NamedTuple):
@@ -219,26 +163,6 @@ class _Solver(NamedTuple):
     lambda_min: float
     maxiter: int
     every: int  # residual-replacement period (0: off)
-
-
-def krylov_step(
-    grid: StencilGrid, spmv: Callable, lo: Callable, k: Krylov, rho_new, restart
-) -> Krylov:
-    """One BiCGSTAB iteration's vectors: p, v = A p, s, t = A s, x and r; `rho_new` is
-    (r^, r) of the current r, `restart` (bool) starts afresh with p = r. `spmv` applies the
-    (scaled) operator in the working precision, `lo` casts to it."""
-    # The first iteration has p = r: beta from rho = 1 could overflow fp16 (inf * 0).
-    beta = jnp.where(restart, 0.0, (rho_new / k.rho) * (k.alpha / k.omega))
-    p = k.r + lo(beta) * (k.p - lo(k.omega) * k.v)
-    v = spmv(p)
-    alpha = rho_new / fused_dot(grid, [(k.rhat, v)])[0]
-    s = k.r - lo(alpha) * v
-    t = spmv(s)
-    ts, tt = fused_dot(grid, [(t, s), (t, t)])
-    omega = jnp.where(tt > 0, ts / tt, 0.0)
-    x = k.x + alpha * p.astype(jnp.float32) + omega * s.astype(jnp.float32)
-    r = s - lo(omega) * t
-    return k._replace(x=x, r=r, p=p, v=v, rho=rho_new, alpha=alpha, omega=omega)
 
 
 def _start(sv: _Solver, b: jax.Array, x0: jax.Array | None, sigma, tol):
@@ -319,104 +243,10 @@ def _true_residual(sv: _Solver, b: jax.Array, x: jax.Array, sigma: jax.Array) ->
     return jnp.where(bb > 0, jnp.sqrt(rr) / jnp.sqrt(jnp.where(bb > 0, bb, 1.0)), 0.0)
 
 
-def restart_test(rho_next, rr, r, rhat, hh):
-    """Restart (r^ = r, p = r) when r^ and r have become nearly orthogonal (|(r^, r)| <
-    RESTART_EPS eps ||r^|| ||r||, eps of r's dtype): the dot is then rounding noise and
-    the next alpha could blow up (in fp16 it overflows). SciPy restarts only at rho = 0;
-    a fixed 1e-4 restarted fp32 solves 5 times at 48^3 for nothing (84 -> 87 iterations).
-    Returns (restart, r^, rho_next, (r^, r^))."""
-    eps = float(jnp.finfo(r.dtype).eps)
-    restart = jnp.abs(rho_next) < RESTART_EPS * eps * jnp.sqrt(rr * hh)
-    rhat = lax.cond(restart, lambda: r, lambda: rhat)
-    return restart, rhat, jnp.where(restart, rr, rho_next), jnp.where(restart, rr, hh)
-
-
 def history_buffer(maxiter: int) -> jax.Array:
     """A residual history of NaNs, one entry for the start and one per iteration up to
     HISTORY_ITERATIONS (module docstring); writes past it are dropped (`mode="drop"`)."""
     return jnp.full((min(maxiter, HISTORY_ITERATIONS) + 1,), jnp.nan, jnp.float32)
-
-
-def check_stop(tol: object, maxiter: object, *, least: int = 0, error: type = StencilError):
-    """Refuse (`error`, naming the setting) a tol that is not a finite number in (0, 1) or a
-    maxiter that is not an integer from `least`, and (LimitError) one past the time_steps
-    limit. A target of 1 or more is met by x = 0 before any iteration: SciPy returns x0
-    then; the stack refuses it, as StencilConfig and the CLI do (hunt 57)."""
-    if not (is_finite(tol) and 0 < tol < 1):  # type: ignore[operator]
-        raise error(
-            f"tol must be a number in (0, 1) (a relative residual target), got {shown_setting(tol)}"
-        )
-    require_int("maxiter", maxiter, least, error=error)
-    limits.check("time_steps", maxiter, "maxiter")  # type: ignore[arg-type]
-    require_int("maxiter", maxiter, least, INT32_MAX, error=error)  # a lifted limit: int32
-
-
-def correction_tol(tol, bnorm, rnorm):
-    """SciPy's stopping rule (`scipy.sparse.linalg.bicgstab` / `cg`: ||b - A x|| <=
-    max(rtol ||b||, atol), atol 0 here) for a solve that iterates on the correction d of a
-    start x0, A d = r_0 = b - A x0: its residual must reach tol ||b||, that is tol ||b|| /
-    ||r_0|| of its own right-hand side (PETSc's default test is relative to ||b|| too); inf
-    when r_0 = 0 (met: 0 iterations). The one rule of this solver, the fields' cg and the
-    fields' bicgstab (`refine` on an x0's correction); hunt 79: relative to ||r_0|| a poor
-    x0 moved the target, converged=True at a true residual 1e4 x tol."""
-    return jnp.where(rnorm > 0, tol * bnorm / jnp.where(rnorm > 0, rnorm, 1.0), jnp.inf)
-
-
-def residual_met(rnorm, bnorm, tol):
-    """SciPy's rule on a residual: ||b - A x|| <= tol ||b|| (b = 0: x = 0 meets it)."""
-    return rnorm <= tol * bnorm
-
-
-def pass_again(truth, before, bnorm, tol, left):
-    """The stack's rule for another pass from the x a pass left (this solver, `wse_hpc.fields`'
-    cg): its true residual `truth` misses tol ||b|| (`residual_met`), iterations are `left`
-    (a bool), and it gained on the last check `before` by GAIN (NaN: no pass)."""
-    return ~residual_met(truth, bnorm, tol) & left & (truth < GAIN * before)
-
-
-def keep_best(best, new, best_truth, new_truth):
-    """`new` (any pytree, e.g. (x, truth)) where its true residual is below the best so far,
-    else `best` (a tie or a NaN keeps `best`): a later pass may make the true residual worse
-    (review 79: 7.737e-8 -> 7.758e-8, and that worse x was returned); one select a pass."""
-    take = new_truth < best_truth
-    return jax.tree.map(lambda n, o: jnp.where(take, n, o), new, best)
-
-
-def run_passes(first, later: Callable[[Any], Any], tol, cap, go=True):
-    """The passes of a solve: `first` (a pass: a NamedTuple with `x`, `it`, `truth`, the true
-    residual relative to ||b||), then `later(p)` from the last pass p while `pass_again`
-    (misses tol, p.it < cap, gained GAIN on the pass before; none where `go` is False).
-    Returns (the last pass, the best pass's x, its truth): the iterations and history are
-    the last pass's, the x returned the best one (`keep_best`)."""
-
-    def again(c) -> jax.Array:
-        p, before, _ = c
-        return pass_again(p.truth, before, 1.0, tol, p.it < cap)
-
-    def step(c):
-        p, _, best = c
-        q = later(p)
-        return q, p.truth, keep_best(best, (q.x, q.truth), best[1], q.truth)
-
-    start = jnp.where(go, jnp.inf, 0.0)
-    last, _, (x, truth) = lax.while_loop(again, step, (first, start, (first.x, first.truth)))
-    return last, x, truth
-
-
-def solver_setup(
-    grid: StencilGrid, precision: str, tol: float, maxiter: int, operator: Operator | None = None
-):
-    """What `bicgstab` and `refine` both start from: (vector dtype, the operator: `operator`
-    or `stencil_operator(grid)`); raises StencilError for a bad precision, tolerance, cap or
-    boundary, or mixed precision over an operator without an fp16 form (`check_stop`:
-    maxiter 0 is a run of nothing, as `wse hpc stencil --steps 0`)."""
-    if precision not in PRECISIONS:
-        raise StencilError(f"unknown precision {precision!r}; use 'mixed' or 'fp32'")
-    check_stop(tol, maxiter)
-    op = stencil_operator(grid) if operator is None else operator
-    if precision == "mixed" and not op.fp16:
-        raise StencilError("mixed precision needs an operator with an fp16 form; use 'fp32'")
-    return (jnp.float16 if precision == "mixed" else jnp.float32), op
 
 
 class _Pass(NamedTuple):
