@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 from wse_systems import gpu as gpum
 from wse_systems import gpu_layout as gl
+from wse_systems import gpu_schedule as gsch
 from wse_systems.testing import ROUND_DECODER
 from wse_systems.transformer import LLAMA31_8B, DecoderCounts
 
@@ -101,18 +102,18 @@ def test_the_step_pays_the_embedding_allreduce_after_the_backward():
     rnd = dataclasses.replace(H100, peak_flops=1e15, ib_bytes_per_s=1e9, ib_latency_s=1e-5,
                               gpus_per_node=1)  # fmt: skip
     lay = gl.TrainLayout(1, 1, 2, 0.0)
-    tied = gpum._priced(ROUND_DECODER, rnd, lay, (1000, 4), (0.5, 1e-6))
+    tied = gsch.priced_step(ROUND_DECODER, rnd, lay, (1000, 4), (0.5, 1e-6))
     emb = TABLE / 1e9 + 2e-5  # 0.38533... s: exposed, after the gradient sync
     assert tied.embedding_allreduce_s == pytest.approx(emb)
     parts = tied.compute_s + tied.stage_sends_s + tied.bubble_s + tied.exposed_allreduce_s
     assert tied.step_s == pytest.approx(parts + emb)
     untied = dataclasses.replace(ROUND_DECODER, tie_embeddings=False)
-    u = gpum._priced(untied, rnd, lay, (1000, 4), (0.5, 1e-6))
+    u = gsch.priced_step(untied, rnd, lay, (1000, 4), (0.5, 1e-6))
     assert u.embedding_allreduce_s == 0.0 and u.step_s == pytest.approx(parts)
     # so on 2 such GPUs the tied model weighs dp 2 (its fp32 ring, 0.401 s) against pp 2
     # (0.396 s, 0.385 s of it the tied all-reduce): both pay a whole table of fp32 gradients
     s = gpum.train_step(ROUND_DECODER, rnd, num_gpus=2, batch=4, seq_len=1000, mfu=0.5)
-    dp2 = gpum._priced(ROUND_DECODER, rnd, gl.TrainLayout(2, 1, 1, 0.0), (1000, 4), (0.5, 1e-6))
+    dp2 = gsch.priced_step(ROUND_DECODER, rnd, gl.TrainLayout(2, 1, 1, 0.0), (1000, 4), (0.5, 1e-6))
     ring = 4 * gl.num_params(ROUND_DECODER) / 1e9 + 2 * 1e-5  # ring of 2: bytes / bw + 2 lat
     assert dp2.allreduce_s == pytest.approx(ring, rel=1e-12)
     assert (s.layout.dp, s.layout.pp) == (1, 2) and s.step_s < dp2.step_s

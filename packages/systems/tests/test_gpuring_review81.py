@@ -21,6 +21,7 @@ import pytest
 import wse_models
 from wse_systems import gpu as gpum
 from wse_systems import gpu_layout as gl
+from wse_systems import gpu_schedule as gsch
 
 GPT2_124M = wse_models.preset_config("gpt2-124m", dtype="bfloat16")
 GPT2_1B5 = wse_models.preset_config("gpt2-1.5b", dtype="bfloat16")
@@ -92,7 +93,7 @@ def test_no_data_parallel_layout_hides_its_last_bucket():
     runs = list(gl.layouts(GPT2_124M, gpum.H100, 16, 1024, 224))
     assert any(x.dp == 16 and x.micro_batch == 14 for x in runs)
     for x in runs:
-        s = gpum._priced(GPT2_124M, gpum.H100, x, (1024, 224), (MFU, 1e-6))
+        s = gsch.priced_step(GPT2_124M, gpum.H100, x, (1024, 224), (MFU, 1e-6))
         if x.dp > 1 and x.pp == 1:
             word = 50257 * 768 / x.tp
             rest = 124_439_808 / x.tp - word
@@ -101,7 +102,7 @@ def test_no_data_parallel_layout_hides_its_last_bucket():
             bucket = 2 * (p - 1) / p * 4 * n / IB + 2 * (p - 1) * IB_LAT
             assert s.exposed_allreduce_s >= bucket * (1 - 1e-12) and bucket > 0.0013
     # dp 16 at 14 sequences a micro-batch, the plan's choice before: 31.76 -> 37.70 ms
-    s = gpum._priced(GPT2_124M, gpum.H100, gl.TrainLayout(16, 1, 1, 0.0, 14), (1024, 224),
+    s = gsch.priced_step(GPT2_124M, gpum.H100, gl.TrainLayout(16, 1, 1, 0.0, 14), (1024, 224),
                      (MFU, 1e-6))  # fmt: skip
     bucket = 2 * 15 / 16 * 4 * 38_597_376 / IB + 30 * IB_LAT
     assert s.exposed_allreduce_s == pytest.approx(bucket) and s.step_s > 0.0376
@@ -114,10 +115,10 @@ def test_no_data_parallel_layout_hides_its_last_bucket():
     (L8B, 64, 64, 8192), (L8B, 1024, 8, 8192), (L8B, 32, 64, 8192),
 ])  # fmt: skip
 def test_the_micro_batch_search_equals_brute_force(m, gpus, batch, seq):
-    # every layout priced (`gpu._priced`), the first of the fastest in `layouts`' order: the
+    # every layout priced (`priced_step`), the first of the fastest in `layouts`' order: the
     # search's skip bound (with the last bucket at pp 1) must never skip the fastest
     at = (gpum.TRAIN_MFU, 1e-6)
-    every = [(gpum._priced(m, gpum.H100, x, (seq, batch), at), i)
+    every = [(gsch.priced_step(m, gpum.H100, x, (seq, batch), at), i)
              for i, x in enumerate(gl.layouts(m, gpum.H100, gpus, seq, batch))]  # fmt: skip
     best, _ = min(every, key=lambda t: (t[0].step_s, t[1]))
     got = gpum.train_step(m, gpum.H100, num_gpus=gpus, batch=batch, seq_len=seq)
@@ -132,6 +133,6 @@ def test_the_bubble_example_is_in_gflop_a_token():
     assert round(2 * layer / 1e9, 2) == 3.42
     assert round((2 * layer + 6 * 128256 * d) / 1e9, 2) == 6.57
     assert gpum.layers_flops_per_token(L8B, seq, 16) == pytest.approx(2 * layer)
-    doc = " ".join(gpum._bubble_s.__doc__.split())
+    doc = " ".join(gsch._bubble_s.__doc__.split())
     assert "16 x 6.57 GFLOP a token" in doc and "15 x 3.42 (2 layers) + 6.57" in doc
     assert "6.57 layers' time" not in doc

@@ -32,6 +32,7 @@ import wse_models
 from wse_core import preset
 from wse_systems import gpu as gpum
 from wse_systems import gpu_layout
+from wse_systems import gpu_schedule as gsch
 from wse_systems.planning.choice import ModelChoice
 from wse_systems.planning.train import TrainBatch, TrainGpus, plan_train
 
@@ -247,7 +248,7 @@ def test_the_pipeline_runs_at_its_last_stages_pace():
     for tp, dp, pp in ((1, 1, 8), (1, 2, 8), (1, 8, 2)):
         lay = gpu_layout.TrainLayout(dp, tp, pp, 0.0)
         floor = gpum.train_floor(GPT2, gpum.H100, lay, seq_len=1024, batch=8, kernel_s=0.0)
-        got = gpum._step(GPT2, gpum.H100, lay, seq_len=1024, batch=8, mfu=MFU, floor=floor)
+        got = gsch._step(GPT2, gpum.H100, lay, seq_len=1024, batch=8, mfu=MFU, floor=floor)
         assert got.step_s == pytest.approx(_step_by_hand(GPT2, tp, dp, pp, 8, 1024), rel=1e-9)
     even = gpum.train_flops_per_token(GPT2, 1024) / 8
     assert gpum.stage_flops_per_token(GPT2, 1024, 8) / even == pytest.approx(1.33, abs=0.005)

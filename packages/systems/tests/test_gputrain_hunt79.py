@@ -22,6 +22,7 @@ import wse_models
 from wse_core.divisors import divisors
 from wse_systems import gpu as gpum
 from wse_systems import gpu_layout as gl
+from wse_systems import gpu_schedule as gsch
 
 USABLE = 0.9 * 80 * 2**30  # 77,309,411,328 bytes of an H100's 80 GiB
 L8B = wse_models.preset_config("llama3-8b", dtype="bfloat16")
@@ -65,7 +66,7 @@ def test_eighteen_bytes_a_parameter_refuse_the_old_default_of_16_h100s_for_70b()
 def test_the_gradient_ring_carries_fp32_main_gradients():
     # Llama 3 8B, 16 x 8,192 tokens on 8 H100s: dp 4 x tp 2, the ring on NVLink
     lay = gl.TrainLayout(4, 2, 1, 0.0, 1)
-    step = gpum._priced(L8B, gpum.H100, lay, (8192, 16), (gpum.TRAIN_MFU, 1e-6))
+    step = gsch.priced_step(L8B, gpum.H100, lay, (8192, 16), (gpum.TRAIN_MFU, 1e-6))
     ring = 2 * 3 / 4 * 4 * L8_PARAMS / 2 / 450e9 + 2 * 3 * 1e-6  # before: 2 bytes, 26.8 ms
     assert step.allreduce_s == pytest.approx(ring, rel=1e-12) and ring > 0.053
     # review 81: its last bucket, the word embeddings' half a GPU in fp32, follows the
@@ -111,7 +112,7 @@ def test_one_token_sequences_run_in_micro_batches_that_fill_the_kernels():
     # micro-batch is kept where they tie (Megatron's smaller activations)
     whole = gl.TrainLayout(1, 8, 1, 0.0, 141_817)
     at = (gpum.TRAIN_MFU, 1e-6)
-    assert gpum._priced(L8B, gpum.H100, whole, (1, 141_817), at).step_s == step.step_s
+    assert gsch.priced_step(L8B, gpum.H100, whole, (1, 141_817), at).step_s == step.step_s
 
 
 @pytest.mark.parametrize(("model", "gpus", "batch", "seq"), [
@@ -137,7 +138,7 @@ def test_the_micro_batch_chosen_is_the_fastest_that_fits(model, gpus, batch, seq
         (x.dp, x.tp, x.pp, x.micro_batch) for x in gl.layouts(model, gpum.H100, gpus, seq, batch)
     }
     at = (gpum.TRAIN_MFU, 1e-6)  # the default MFU and kernel cost
-    best = min(gpum._priced(model, gpum.H100, x, (seq, batch), at).step_s for x in every)
+    best = min(gsch.priced_step(model, gpum.H100, x, (seq, batch), at).step_s for x in every)
     assert step.step_s == best
 
 

@@ -32,6 +32,7 @@ import pytest
 import wse_models
 from wse_systems import gpu as gpum
 from wse_systems import gpu_layout as gl
+from wse_systems import gpu_schedule as gsch
 
 L8B = wse_models.preset_config("llama3-8b", dtype="bfloat16")
 L70B = wse_models.preset_config("llama3-70b", dtype="bfloat16")
@@ -172,7 +173,7 @@ def test_the_step_is_megatrons_1f1b_with_the_ring_under_the_last_backward(m, dp,
                                                                           batch):  # fmt: skip
     seq = 1024 if m.arch == "gpt2" else 8192
     lay = gl.TrainLayout(dp, tp, pp, 0.0, b)
-    s = gpum._priced(m, gpum.H100, lay, (seq, batch), (MFU, 1e-6))
+    s = gsch.priced_step(m, gpum.H100, lay, (seq, batch), (MFU, 1e-6))
     micro = batch // (dp * b)
     # compute-bound on every stage (the floor, checked by hand elsewhere, under each)
     other = m.n_layers // pp * _layer_flops(m, seq) * micro * b * seq / (tp * PEAK * MFU)
@@ -189,7 +190,7 @@ def test_a_deep_pipeline_at_one_micro_batch_runs_its_stages_in_turn():
     # model's compute once, + 15 x 2 hops (each of the 15 stage boundaries crossed forward
     # and back; review 82: 16 x 2 were priced); the plan priced 16 x (2 layers + the head)
     seq, lay = 8192, gl.TrainLayout(8, 8, 16, 0.0, 1)
-    s = gpum._priced(L8B, gpum.H100, lay, (seq, 8), (MFU, 1e-6))
+    s = gsch.priced_step(L8B, gpum.H100, lay, (seq, 8), (MFU, 1e-6))
     whole = seq * (32 * _layer_flops(L8B, seq) + 6 * 128256 * 4096) / (8 * PEAK * MFU)
     hop = 2 * seq * 4096 / 8 / IB + IB_LAT
     assert s.compute_s + s.bubble_s + s.stage_sends_s == pytest.approx(whole + 30 * hop)
@@ -217,11 +218,11 @@ def test_the_micro_batch_search_sees_the_window_grow():
     seq = 1024
     ring = 2 * 15 / 16 * 4 * 124_439_808 / IB + 30 * IB_LAT
     bucket = 2 * 15 / 16 * 4 * 50257 * 768 / IB + 30 * IB_LAT
-    one = gpum._priced(GPT2_124M, gpum.H100, gl.TrainLayout(16, 1, 1, 0.0, 1), (seq, 224),
+    one = gsch.priced_step(GPT2_124M, gpum.H100, gl.TrainLayout(16, 1, 1, 0.0, 1), (seq, 224),
                        (MFU, 1e-6))  # fmt: skip
     assert one.allreduce_s == pytest.approx(ring)
     assert one.step_s == pytest.approx(one.compute_s + ring - 3 / 4 * one.compute_s / 14)
-    whole = gpum._priced(GPT2_124M, gpum.H100, gl.TrainLayout(16, 1, 1, 0.0, 14), (seq, 224),
+    whole = gsch.priced_step(GPT2_124M, gpum.H100, gl.TrainLayout(16, 1, 1, 0.0, 14), (seq, 224),
                          (MFU, 1e-6))  # fmt: skip
     assert 3 / 4 * whole.compute_s > ring and whole.exposed_allreduce_s == pytest.approx(bucket)
     assert whole.step_s == pytest.approx(whole.compute_s + bucket) and bucket > 0.0059
@@ -271,11 +272,11 @@ def test_a_larger_micro_batch_is_taken_where_it_hides_the_ring():
     # the backward ends); b 2 at tp 2 does not fit (80 GB). So dp 8 x tp 8 at b 2 (4
     # micro-batches) is taken: its 0.14 s ring under 3/4 of one, and an eighth, 9.3 ms, after
     seq, at = 8192, (MFU, 1e-6)
-    old = gpum._priced(L8B, gpum.H100, gl.TrainLayout(32, 2, 1, 0.0, 1), (seq, 64), at)
+    old = gsch.priced_step(L8B, gpum.H100, gl.TrainLayout(32, 2, 1, 0.0, 1), (seq, 64), at)
     ring32 = 2 * 31 / 32 * 4 * 8_030_261_248 / 2 / IB + 62 * IB_LAT
     assert old.exposed_allreduce_s == pytest.approx(ring32 - 3 / 4 * old.compute_s / 2)
     assert gl.train_bytes(L8B, seq, 2, 1, micro_batch=2, in_flight=1) > 0.9 * 80 * 2**30
-    tp4 = gpum._priced(L8B, gpum.H100, gl.TrainLayout(16, 4, 1, 0.0, 2), (seq, 64), at)
+    tp4 = gsch.priced_step(L8B, gpum.H100, gl.TrainLayout(16, 4, 1, 0.0, 2), (seq, 64), at)
     ring16 = 2 * 15 / 16 * 4 * 8_030_261_248 / 4 / IB + 30 * IB_LAT
     bucket16 = 2 * 15 / 16 * 4 * 128256 * 4096 / 4 / IB + 30 * IB_LAT
     assert tp4.allreduce_s == pytest.approx(ring16) and ring16 < 3 / 4 * tp4.compute_s / 2
@@ -292,7 +293,7 @@ def test_a_tied_model_prices_the_first_stages_ring_against_its_own_backward():
     # GPT-2 1.5B at pp 2: the first stage holds the table and the positions, the larger ring,
     # and its last backward ends the step, so nothing after it hides the ring
     lay, seq = gl.TrainLayout(32, 1, 2, 0.0, 1), 1024
-    s = gpum._priced(GPT2_1B5, gpum.H100, lay, (seq, 512), (MFU, 1e-6))
+    s = gsch.priced_step(GPT2_1B5, gpum.H100, lay, (seq, 512), (MFU, 1e-6))
     first, last = _end_params(GPT2_1B5, 2)
     assert first > last and s.allreduce_s == pytest.approx(_ring_s(4 * first, 1, 32, 2))
     other = 24 * _layer_flops(GPT2_1B5, seq) * seq / (PEAK * MFU)  # one micro-batch

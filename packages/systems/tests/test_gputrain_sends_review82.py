@@ -24,6 +24,7 @@ import pytest
 import wse_models
 from wse_systems import gpu as gpum
 from wse_systems import gpu_layout as gl
+from wse_systems import gpu_schedule as gsch
 
 PEAK, NODE, MFU = 989e12, 8, 0.39  # H100 datasheet bf16 dense; gpu.train_mfu's default
 NVLINK, NV_LAT, IB, IB_LAT = 450e9, 1e-6, 50e9, 5e-6  # the H100's links and their latencies
@@ -138,7 +139,7 @@ CASES = [  # (model, dp, tp, pp, micro-batch size, batch): m < pp, m = 1, m > pp
 def test_the_step_is_the_schedule_without_the_sends_megatron_skips(m, dp, tp, pp, b, batch):
     seq = 1024 if m.arch == "gpt2" else 8192
     lay = gl.TrainLayout(dp, tp, pp, 0.0, b)
-    s = gpum._priced(m, gpum.H100, lay, (seq, batch), (MFU, 1e-6))
+    s = gsch.priced_step(m, gpum.H100, lay, (seq, batch), (MFU, 1e-6))
     makespan, exposed = _oracle(m, lay, batch, seq)
     assert s.compute_s + s.stage_sends_s + s.bubble_s == pytest.approx(makespan, rel=1e-9)
     assert s.exposed_allreduce_s == pytest.approx(exposed, rel=1e-9, abs=1e-15)
