@@ -84,8 +84,10 @@ def test_at_8_users_the_mesh_program_serves_more_than_one_token_blocks():
     # on WaferLLM's MeshGEMV measured on a CS-3, 2.04 cycles a hop and 9.55 a relay stage for
     # 1 and 5: 38,293 -> 24,541; issue 41: CS-3's DSD issue (2.14 cycles, not 11.49) and
     # control instruction fitted on the same rows, each call's control and each chain's
-    # first send counted: 24,541 -> 29,627
-    assert one_token == pytest.approx(29626.55, rel=1e-4)
+    # first send counted: 24,541 -> 29,627; session 86: the decode's norm statistics, its
+    # final norm, the argmax's local pass and the softmax's reductions into one accumulator
+    # priced (GPT-2: no RoPE): 29,627 -> 28,829
+    assert one_token == pytest.approx(28828.65, rel=1e-4)
     assert point.layout["prompt_block_tokens"] > 1
     assert point.aggregate_tokens_per_s > one_token
     # the faster decode program no longer serves less than the SDK's at this load (50,105

@@ -44,8 +44,10 @@ def test_users_in_step_are_sent_a_decode_tokens_last_hold_apart():
     big = max(r.prompt_held_s.values())  # B
     # each sender waits B - g more (0.1% until session 84; at CS-3's fitted hop and relay
     # latencies the run's users are 542.49 us apart, every one, against B - g = 546.74: the
-    # bound is 0.8% above the run's spacing, not yet explained, and still a bound)
-    assert max(steps) <= big - r.release_s
+    # bound is 0.8% above the run's spacing, not yet explained, and still a bound; session
+    # 86, with the decode's norms, final norm and argmax priced: every step is B - g, 472.73
+    # us, to the last digit but rounding)
+    assert max(steps) <= (big - r.release_s) * (1 + 1e-12)
     assert sum(steps) / len(steps) == pytest.approx(big - r.release_s, rel=1e-2)
     # the bound: (U - 1) (B - g) / 2 behind the others (6% above the run without g)
     assert fair <= p.ttft_s <= fair * 1.02
