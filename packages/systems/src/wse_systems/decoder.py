@@ -112,9 +112,9 @@ def _elementwise(kind: str, n: float, region: Region, dtype: str, per: float = 1
     return Op(kind, dtype, math.ceil(n / region.num_pes), count=per)
 
 
-def _row_op(kind: str, n: float, region: Region, dtype: str, per: float = 1.0) -> Op:
-    """An elementwise op on a vector held by the region's top row (n / cols per PE)."""
-    return Op(kind, dtype, math.ceil(n / region.cols), count=per)
+def _row_op(kind: str, n: float, region: Region, dtype: str, per: float = 1.0, **kw: Any) -> Op:
+    """An op on a vector held by the region's top row (n / cols per PE); `kw`: `Op`'s own."""
+    return Op(kind, dtype, math.ceil(n / region.cols), count=per, **kw)
 
 
 # The norm's statistic on each PE of the row once the sum is back: 1 / sqrt(mean + eps), one
@@ -126,8 +126,8 @@ NORM_STATISTIC = (Op("sqrt", "fp32", 1), Op("div", "fp32", 1))
 def _norm(region: Region, d: int, dt: str, spec: WaferSpec, name: str = "norm") -> Phases:
     """RMS/layer norm of the residual on the top row: square-and-sum, the row's sum and
     back, then each PE's reciprocal root (`NORM_STATISTIC`) and the scale of its values."""
-    square = _row_op("fmac", d, region, dt)  # x * x into one accumulator: 1 element a cycle
-    local = Work(ops=(dataclasses.replace(square, accumulate=True, mem_writes=0.0),))
+    # x * x into one accumulator: 1 element a cycle
+    local = Work(ops=(_row_op("fmac", d, region, dt, accumulate=True, mem_writes=0.0),))
     total = allreduce_2d(perf_rates(spec), 1, region.cols, 1)
     scale = Work(ops=(*NORM_STATISTIC, _row_op("mul", d, region, dt)))
     return serial(
@@ -272,7 +272,7 @@ def _per_token(shape: DecoderShape, plan: Any, spec: WaferSpec, token_out: bool,
     local = Op("max", value_dtype(b), logits, count=2, accumulate=True, mem_writes=0.0)
     argmax = serial(
         Phase("argmax_local", Work(ops=(local,))),
-        Phase("argmax_reduce", allreduce_2d(perf_rates(spec), head.rows, head.cols, 2)),
+        Phase("argmax_reduce", _reduce_work(head, 2, spec)),
         name="argmax",
     )
     return serial(

@@ -106,8 +106,7 @@ def reduce_control(cols: int) -> int:
     that reaches the middle (2; 1 on a row of 2, whose middle is its end); none on one PE."""
     if cols <= 1:
         return 0
-    middle = (cols - 1) // 2  # `reduce_to_centre`'s centre PE
-    sides = int(middle > 0) + int(middle < cols - 1)
+    sides = min(cols - 1, 2)  # `reduce_to_centre`'s centre, (cols - 1) // 2, is an end at 2
     return control_count(REDUCE_TASK_CONTROL) + sides * control_count(FADD_CONTROL)
 
 
